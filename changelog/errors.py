@@ -1,0 +1,170 @@
+"""Errors raised by :mod:`changelog`.
+
+The tree::
+
+    ChangelogError
+    ├── InvalidConfigError          a LogConfig/CleanerConfig setting is nonsense (also ValueError)
+    ├── InvalidRecordError          bad key/value types handed to append (also TypeError)
+    ├── RecordTooLargeError         a batch exceeds max_message_bytes
+    ├── LogLockedError              another owner holds the partition directory lock
+    ├── LogClosedError              the log (or its segment) was used after close()
+    ├── OffsetOutOfRangeError       a read or truncation outside [log start, log end]
+    ├── CorruptDataError            something on disk is not what was written
+    │   ├── CorruptRecordError      a record batch fails its CRC / length / framing checks
+    │   ├── CorruptIndexError       an offset or time index fails its sanity check
+    │   └── CorruptCheckpointError  a checkpoint file cannot be parsed
+    ├── UnsupportedFormatError      valid Kafka data we do not read (old magic, compression)
+    ├── LogStorageError             an OS-level failure (disk full, EIO) wrapping the OSError
+    └── CleanerAbortedError         a cleaning pass was aborted (close, truncation)
+
+Every error carries structured fields (``path``, ``position``, ``expected``,
+``actual`` where they apply) besides its message, so operators and tests can
+act on them without parsing text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "ChangelogError",
+    "CleanerAbortedError",
+    "CorruptCheckpointError",
+    "CorruptDataError",
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "InvalidConfigError",
+    "InvalidRecordError",
+    "LogClosedError",
+    "LogLockedError",
+    "LogStorageError",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "UnsupportedFormatError",
+]
+
+
+class ChangelogError(Exception):
+    """Base class of every error raised by :mod:`changelog`."""
+
+
+class InvalidConfigError(ChangelogError, ValueError):
+    """A configuration value is rejected at construction.
+
+    ``setting`` names the offending setting (Kafka's name, with underscores) and
+    ``value`` is what was given.
+    """
+
+    def __init__(self, setting: str, value: object, reason: str) -> None:
+        super().__init__(f"invalid {setting}={value!r}: {reason}")
+        self.setting = setting
+        self.value = value
+        self.reason = reason
+
+
+class InvalidRecordError(ChangelogError, TypeError):
+    """A record handed to ``append`` is malformed (key/value not bytes or None)."""
+
+
+class RecordTooLargeError(ChangelogError):
+    """A batch is larger than ``max_message_bytes``; nothing was written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"record batch of {size} bytes exceeds max_message_bytes={limit}; nothing was written"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class LogLockedError(ChangelogError):
+    """The partition (or state) directory is locked by another owner."""
+
+    def __init__(self, path: Path, holder: str | None = None) -> None:
+        who = f" (held by {holder})" if holder else ""
+        super().__init__(f"{path} is locked by another owner{who}")
+        self.path = path
+        self.holder = holder
+
+
+class LogClosedError(ChangelogError):
+    """A closed log, segment or index was used."""
+
+
+class OffsetOutOfRangeError(ChangelogError):
+    """An offset outside ``[log_start_offset, log_end_offset]`` was requested."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class CorruptDataError(ChangelogError):
+    """Data on disk is not what was written.
+
+    ``path`` is the file and ``position`` the byte position of the first bad
+    byte (or of the start of the bad unit: batch, index entry, line).
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        position: int | None,
+        reason: str,
+        *,
+        expected: object = None,
+        actual: object = None,
+    ) -> None:
+        where = f"{path}" if position is None else f"{path} at position {position}"
+        detail = ""
+        if expected is not None or actual is not None:
+            detail = f" (expected {expected!r}, found {actual!r})"
+        super().__init__(f"{where}: {reason}{detail}")
+        self.path = Path(path)
+        self.position = position
+        self.reason = reason
+        self.expected = expected
+        self.actual = actual
+
+
+class CorruptRecordError(CorruptDataError):
+    """A record batch fails its CRC-32C, length or framing checks."""
+
+
+class CorruptIndexError(CorruptDataError):
+    """An offset or time index fails its sanity check (it is rebuilt, never trusted)."""
+
+
+class CorruptCheckpointError(CorruptDataError):
+    """A checkpoint file is truncated or not in Kafka's text format."""
+
+
+class UnsupportedFormatError(ChangelogError):
+    """Valid Kafka data that this library does not read (old magic, compressed batches)."""
+
+    def __init__(self, path: Path | str, position: int | None, reason: str) -> None:
+        where = f"{path}" if position is None else f"{path} at position {position}"
+        super().__init__(f"{where}: {reason}")
+        self.path = Path(path)
+        self.position = position
+        self.reason = reason
+
+
+class LogStorageError(ChangelogError):
+    """An operating-system failure (disk full, I/O error) while writing or syncing.
+
+    The original :class:`OSError` is the ``__cause__``; ``path`` names the file.
+    What was acknowledged before the failure is intact.
+    """
+
+    def __init__(self, path: Path | str, operation: str, cause: OSError) -> None:
+        super().__init__(f"{operation} failed on {path}: {cause.strerror or cause}")
+        self.path = Path(path)
+        self.operation = operation
+        self.errno = cause.errno
+
+
+class CleanerAbortedError(ChangelogError):
+    """A cleaning pass was aborted before its swap (close, truncation, shutdown)."""

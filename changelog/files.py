@@ -1,0 +1,205 @@
+"""File names and every file-system mutation of the changelog, in one place.
+
+Nobody else in :mod:`changelog` renames, deletes, truncates or fsyncs a file:
+they call these functions.  That gives one place to get atomicity right and
+one place for tests to inject crashes: every mutation first calls
+:func:`fault_point` with a step name, and a test can install a hook (with
+:func:`inject_faults`) that raises :class:`SimulatedCrash` at the k-th step.
+
+Names (Kafka's): a segment is ``<20-digit base offset><suffix>`` with the
+suffixes below; the segment-replace protocol adds ``.cleaned``, ``.swap`` and
+``.deleted`` after the ordinary suffix (``00000000000000000000.log.swap``).
+
+Atomic replace of a small file (checkpoints): write ``<name>.tmp``, fsync it,
+``os.replace`` over the target, fsync the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+from changelog.errors import LogStorageError
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "DELETED_SUFFIX",
+    "INDEX_SUFFIX",
+    "LOG_SUFFIX",
+    "SWAP_SUFFIX",
+    "TIME_INDEX_SUFFIX",
+    "FaultHook",
+    "SimulatedCrash",
+    "atomic_write",
+    "delete_file",
+    "fault_point",
+    "fsync_dir",
+    "fsync_fd",
+    "inject_faults",
+    "parse_base_offset",
+    "rename_file",
+    "segment_file_name",
+    "truncate_fd",
+    "write_fd",
+]
+
+LOG_SUFFIX: Final = ".log"
+INDEX_SUFFIX: Final = ".index"
+TIME_INDEX_SUFFIX: Final = ".timeindex"
+CLEANED_SUFFIX: Final = ".cleaned"
+SWAP_SUFFIX: Final = ".swap"
+DELETED_SUFFIX: Final = ".deleted"
+
+_OFFSET_DIGITS: Final = 20
+_SEGMENT_NAME = re.compile(r"^(\d{20})(\.[a-z]+)(\.[a-z]+)?$")
+
+FaultHook = Callable[[str, Path], None]
+"""Called as ``hook(step, path)`` before each file-system mutation."""
+
+_fault_hook: FaultHook | None = None
+
+
+class SimulatedCrash(BaseException):
+    """Raised by a test's fault hook to stop the process "here", as ``kill -9`` would.
+
+    A :class:`BaseException` so that no ``except Exception`` on the way up can
+    swallow it and tidy up: after a crash, nothing more is written.
+    """
+
+
+def fault_point(step: str, path: Path) -> None:
+    """Announce the file-system mutation ``step`` on ``path`` to the installed hook."""
+    if _fault_hook is not None:
+        _fault_hook(step, path)
+
+
+@contextlib.contextmanager
+def inject_faults(hook: FaultHook) -> Iterator[None]:
+    """Install ``hook`` for the duration of the block (tests only; not thread-scoped)."""
+    global _fault_hook  # noqa: PLW0603 - one process-wide hook is the point
+    previous = _fault_hook
+    _fault_hook = hook
+    try:
+        yield
+    finally:
+        _fault_hook = previous
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """``00000000000000000042.log`` for ``(42, ".log")``."""
+    if base_offset < 0:
+        raise ValueError(f"negative base offset {base_offset}")
+    return f"{base_offset:0{_OFFSET_DIGITS}d}{suffix}"
+
+
+def parse_base_offset(name: str) -> tuple[int, str, str] | None:
+    """Split a segment file name into ``(base_offset, suffix, protocol_suffix)``.
+
+    ``"00000000000000000042.log.swap"`` -> ``(42, ".log", ".swap")``;
+    ``protocol_suffix`` is ``""`` for an ordinary file.  Anything else -> ``None``.
+    """
+    match = _SEGMENT_NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2), match.group(3) or ""
+
+
+def _storage_error(path: Path, operation: str, exc: OSError) -> LogStorageError:
+    return LogStorageError(path, operation, exc)
+
+
+def write_fd(fd: int, data: bytes | memoryview, path: Path, step: str = "write") -> None:
+    """Write all of ``data`` at the fd's position (looping on short writes)."""
+    fault_point(step, path)
+    view = memoryview(data)
+    try:
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    except OSError as exc:
+        raise _storage_error(path, step, exc) from exc
+
+
+def fsync_fd(fd: int, path: Path, step: str = "fsync") -> None:
+    """fsync an open file."""
+    fault_point(step, path)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise _storage_error(path, step, exc) from exc
+
+
+def truncate_fd(fd: int, size: int, path: Path, step: str = "truncate") -> None:
+    """Truncate an open file to ``size`` bytes."""
+    fault_point(step, path)
+    try:
+        os.ftruncate(fd, size)
+    except OSError as exc:
+        raise _storage_error(path, step, exc) from exc
+
+
+def fsync_dir(directory: Path, step: str = "fsync_dir") -> None:
+    """fsync a directory so that renames and creations in it are durable."""
+    fault_point(step, directory)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise _storage_error(directory, step, exc) from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # some filesystems refuse; nothing to do
+            raise _storage_error(directory, step, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, step: str = "atomic_write") -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    Steps (each a fault point): 1. write ``path.tmp``; 2. fsync it;
+    3. ``os.replace`` onto ``path``; 4. fsync the directory.  A crash before 3
+    leaves the old file (and a stray ``.tmp`` the reader ignores); after 3, the new one.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as exc:
+        raise _storage_error(tmp, step, exc) from exc
+    try:
+        write_fd(fd, data, tmp, f"{step}.write")
+        fsync_fd(fd, tmp, f"{step}.fsync")
+    finally:
+        os.close(fd)
+    rename_file(tmp, path, f"{step}.rename", sync_dir=False)
+    fsync_dir(path.parent, f"{step}.fsync_dir")
+
+
+def rename_file(src: Path, dst: Path, step: str = "rename", *, sync_dir: bool = True) -> None:
+    """Rename ``src`` to ``dst`` (replacing it), then fsync the directory unless told not to."""
+    fault_point(step, src)
+    try:
+        src.replace(dst)
+    except OSError as exc:
+        raise _storage_error(src, step, exc) from exc
+    if sync_dir:
+        fsync_dir(dst.parent, f"{step}.fsync_dir")
+
+
+def delete_file(path: Path, step: str = "delete", *, missing_ok: bool = True) -> bool:
+    """Delete ``path``; returns whether a file was there."""
+    fault_point(step, path)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+        return False
+    except OSError as exc:
+        raise _storage_error(path, step, exc) from exc
+    return True
