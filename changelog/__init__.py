@@ -10,6 +10,8 @@ from changelog.errors import (
     CorruptDataError,
     CorruptIndexError,
     CorruptRecordError,
+    IndexOperationError,
+    InvalidCheckpointEntryError,
     InvalidConfigError,
     InvalidRecordError,
     LogClosedError,
@@ -19,8 +21,12 @@ from changelog.errors import (
     RecordTooLargeError,
     UnsupportedFormatError,
 )
+from changelog.log import AppendInfo, Log
+from changelog.record_batch import BatchHeader, Record
 
 __all__ = [
+    "AppendInfo",
+    "BatchHeader",
     "ChangelogError",
     "CleanerAbortedError",
     "CleanerConfig",
@@ -28,13 +34,17 @@ __all__ = [
     "CorruptDataError",
     "CorruptIndexError",
     "CorruptRecordError",
+    "IndexOperationError",
+    "InvalidCheckpointEntryError",
     "InvalidConfigError",
     "InvalidRecordError",
+    "Log",
     "LogClosedError",
     "LogConfig",
     "LogLockedError",
     "LogStorageError",
     "OffsetOutOfRangeError",
+    "Record",
     "RecordTooLargeError",
     "UnsupportedFormatError",
 ]

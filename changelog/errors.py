@@ -5,6 +5,8 @@ The tree::
     ChangelogError
     ├── InvalidConfigError          a LogConfig/CleanerConfig setting is nonsense (also ValueError)
     ├── InvalidRecordError          bad key/value types handed to append (also TypeError)
+    ├── InvalidCheckpointEntryError a checkpoint entry that cannot be written (also ValueError)
+    ├── IndexOperationError         an index asked to break its invariants: a caller bug (also ValueError)
     ├── RecordTooLargeError         a batch exceeds max_message_bytes
     ├── LogLockedError              another owner holds the partition directory lock
     ├── LogClosedError              the log (or its segment) was used after close()
@@ -33,6 +35,8 @@ __all__ = [
     "CorruptDataError",
     "CorruptIndexError",
     "CorruptRecordError",
+    "IndexOperationError",
+    "InvalidCheckpointEntryError",
     "InvalidConfigError",
     "InvalidRecordError",
     "LogClosedError",
@@ -164,6 +168,33 @@ class LogStorageError(ChangelogError):
         self.path = Path(path)
         self.operation = operation
         self.errno = cause.errno
+
+
+class IndexOperationError(ChangelogError, ValueError):
+    """An index was asked to break its invariants: append to a full index, append an
+    offset or timestamp that goes backwards, store an offset that does not fit
+    relative to the base offset, or read an entry that does not exist.
+
+    These are bugs of the caller (the segment rolls before an index is full),
+    never disk contents; nothing is written.  ``path`` names the index file.
+    """
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = Path(path)
+        self.reason = reason
+
+
+class InvalidCheckpointEntryError(ChangelogError, ValueError):
+    """An entry handed to :func:`write_checkpoint` cannot be written (nothing was written).
+
+    ``entry`` is the offending ``((topic, partition), offset)``.
+    """
+
+    def __init__(self, entry: object, reason: str) -> None:
+        super().__init__(f"checkpoint entry {entry!r}: {reason}")
+        self.entry = entry
+        self.reason = reason
 
 
 class CleanerAbortedError(ChangelogError):

@@ -1,0 +1,368 @@
+"""Recovery at open: turn whatever a partition directory holds into a consistent list of segments.
+
+This is Kafka's ``LogLoader``, pass by pass.  Each pass undoes or completes
+one step of a protocol that may have been cut short by a crash; the steps are
+numbered in ``docs/recovery.md`` and in the code that runs them (``Log.roll``,
+``Log.close``, ``Log.delete_old_segments``, ``Log.replace_segments``,
+:func:`changelog.files.atomic_write`):
+
+====  ===============================================================  ======================
+pass  what it does                                                     finishes or undoes
+====  ===============================================================  ======================
+L1    delete stray ``*.tmp`` files                                     atomic_write W1-W2
+L2    delete ``*.deleted`` files                                       D1-D2, S4, T1
+L3    delete ``.swap`` files at or above the lowest ``.cleaned``       S1-S2
+      base offset, then every ``.cleaned`` file
+L4    for each ``.log.swap``: delete the ordinary segment files in     S4
+      ``[swap base offset, swap next offset)`` it replaces
+L5    rename every ``.swap`` file to its ordinary name                 S5
+L6    delete index files whose ``.log`` is missing (orphans)           a cut between the three
+                                                                       renames of one segment
+L7    open every segment; rebuild an index that is missing,            any
+      unreadable, fails its sanity check or points past its ``.log``
+      (even after a clean shutdown)
+L8    no clean-shutdown marker: recover every segment from the one     A1-A2, R2, T2
+      holding the recovery point: CRC batch by batch, rebuild indexes,
+      cut a torn tail and delete every later segment
+L9    log start offset = max(checkpoint, first base offset); a log     D3
+      start past the log end deletes everything (Kafka's rule); no
+      segment left: create an empty one at the log start offset
+L10   delete the clean-shutdown marker (and fsync the directory)       C5
+====  ===============================================================  ======================
+
+Segments below the recovery point are not re-read: a batch corrupted in the
+middle of such a segment is found when it is read, and raises
+:class:`~changelog.errors.CorruptRecordError` with path and position; it is
+never repaired into other data (``docs/recovery.md`` lists the operator's options).
+
+Thread-safety: :func:`load_log` runs before the ``Log`` exists, under the
+directory lock; nothing else touches the directory meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from changelog import files
+from changelog.checkpoint import read_checkpoint, write_checkpoint
+from changelog.config import LogConfig
+from changelog.errors import CorruptCheckpointError, CorruptIndexError
+from changelog.segment import LogSegment
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "LOG_START_OFFSET_CHECKPOINT",
+    "RECOVERY_POINT_CHECKPOINT",
+    "LoadedLog",
+    "load_log",
+    "read_offset_checkpoint",
+    "write_offset_checkpoint",
+]
+
+CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+"""Written last by a clean close; its absence at open means "recover"."""
+RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
+"""Offsets below the recovery point were flushed; segments from it on are re-validated."""
+LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
+"""The log start offset, as of the last clean close."""
+
+_TMP_SUFFIX: Final = ".tmp"
+_INDEX_SUFFIXES: Final = (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.define(kw_only=True)
+class LoadedLog:
+    """What :func:`load_log` hands to ``Log``: open segments and the offsets derived from them.
+
+    Invariants: ``segments`` is non-empty, sorted by base offset, all with an
+    empty file suffix; ``log_start_offset <= log_end_offset``;
+    ``recovery_point <= log_end_offset``.
+    """
+
+    segments: list[LogSegment]
+    log_start_offset: int
+    log_end_offset: int
+    recovery_point: int
+    had_clean_shutdown: bool
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def read_offset_checkpoint(path: Path, topic: str, partition: int) -> int | None:
+    """This partition's offset in a Kafka text checkpoint file, ``None`` if absent.
+
+    A file that cannot be parsed is logged and treated as absent (which only
+    makes the loader do more work: recovery point 0 re-validates everything).
+    """
+    if not path.exists():
+        return None
+    try:
+        entries = read_checkpoint(path)
+    except CorruptCheckpointError as exc:
+        logger.warning("[%s-%s] ignoring unreadable checkpoint: %s", topic, partition, exc)
+        return None
+    return entries.get((topic, partition))
+
+
+def write_offset_checkpoint(path: Path, topic: str, partition: int, offset: int) -> None:
+    """Atomically write a checkpoint file holding this partition's ``offset``."""
+    write_checkpoint(path, {(topic, partition): offset})
+
+
+# --------------------------------------------------------------------------- the passes
+
+
+def _segment_files(directory: Path) -> list[tuple[Path, int, str, str]]:
+    """``(path, base offset, suffix, protocol suffix)`` of every segment-named file."""
+    found = []
+    for path in directory.iterdir():
+        parsed = files.parse_base_offset(path.name)
+        if parsed is not None and path.is_file():
+            found.append((path, *parsed))
+    return found
+
+
+def _remove_stray_files(directory: Path, prefix: str) -> None:
+    """Passes L1-L3: ``.tmp``, ``.deleted``, ``.cleaned`` and swaps of an unfinished clean."""
+    for path in directory.iterdir():
+        if path.name.endswith(_TMP_SUFFIX) and path.is_file():  # L1
+            logger.info("%sdeleting stray temporary file %s", prefix, path.name)
+            files.delete_file(path, "load.delete_tmp")
+    cleaned: list[tuple[Path, int]] = []
+    swaps: list[tuple[Path, int]] = []
+    for path, base, _suffix, protocol in _segment_files(directory):
+        if protocol == files.DELETED_SUFFIX:  # L2
+            logger.info("%sdeleting %s left by a segment deletion", prefix, path.name)
+            files.delete_file(path, "load.delete_deleted")
+        elif protocol == files.CLEANED_SUFFIX:
+            cleaned.append((path, base))
+        elif protocol == files.SWAP_SUFFIX:
+            swaps.append((path, base))
+    if cleaned:  # L3
+        min_cleaned = min(base for _, base in cleaned)
+        for path, base in swaps:
+            if base >= min_cleaned:
+                logger.info(
+                    "%sdeleting %s: its replace did not finish renaming .cleaned to .swap",
+                    prefix,
+                    path.name,
+                )
+                files.delete_file(path, "load.delete_swap")
+        for path, _ in cleaned:
+            logger.info("%sdeleting %s left by an unfinished clean", prefix, path.name)
+            files.delete_file(path, "load.delete_cleaned")
+
+
+def _complete_swaps(directory: Path, config: LogConfig, prefix: str) -> None:
+    """Passes L4-L5: finish a replace that had renamed its new segments to ``.swap``."""
+    lowest: int | None = None
+    highest: int | None = None
+    for path, base, suffix, protocol in _segment_files(directory):
+        if protocol != files.SWAP_SUFFIX or suffix != files.LOG_SUFFIX:
+            continue
+        segment = LogSegment.open(directory, base, config=config, file_suffix=files.SWAP_SUFFIX)
+        try:
+            next_offset = base
+            with segment.open_reader() as reader:
+                for _, header in reader.headers():
+                    next_offset = header.next_offset
+        finally:
+            segment.close()
+        logger.info(
+            "%sfound %s from an interrupted replace covering [%s, %s)",
+            prefix,
+            path.name,
+            base,
+            next_offset,
+        )
+        lowest = base if lowest is None else min(lowest, base)
+        highest = next_offset if highest is None else max(highest, next_offset)
+    if lowest is not None and highest is not None:  # L4
+        for path, base, _suffix, protocol in _segment_files(directory):
+            if protocol == "" and lowest <= base < highest:
+                logger.info(
+                    "%sdeleting %s: replaced by the swap being completed", prefix, path.name
+                )
+                files.delete_file(path, "load.delete_replaced")
+    renamed = False
+    for path, _base, _suffix, protocol in _segment_files(directory):  # L5
+        if protocol == files.SWAP_SUFFIX:
+            target = path.with_name(path.name[: -len(files.SWAP_SUFFIX)])
+            logger.info("%srenaming %s to %s", prefix, path.name, target.name)
+            files.rename_file(path, target, "load.rename_swap", sync_dir=False)
+            renamed = True
+    if renamed:
+        files.fsync_dir(directory, "load.fsync_dir")
+
+
+def _delete_orphan_indexes(directory: Path, prefix: str) -> None:
+    """Pass L6: index files whose ``.log`` is gone."""
+    for path, base, suffix, protocol in _segment_files(directory):
+        if protocol or suffix not in _INDEX_SUFFIXES:
+            continue
+        log_path = directory / files.segment_file_name(base, files.LOG_SUFFIX)
+        if not log_path.exists():
+            logger.warning("%sdeleting orphan index %s (no %s)", prefix, path.name, log_path.name)
+            files.delete_file(path, "load.delete_orphan")
+
+
+def _open_segments(
+    directory: Path, config: LogConfig, now_ms: int, trusted_below: int | None, prefix: str
+) -> list[LogSegment]:
+    """Pass L7: open each ``.log`` and rebuild indexes that are missing or fail their check.
+
+    Segments at or above ``trusted_below`` (the recovery point after an
+    unclean shutdown) are about to be recovered by L8, so they are not checked.
+    """
+    bases = sorted(
+        base
+        for _path, base, suffix, protocol in _segment_files(directory)
+        if suffix == files.LOG_SUFFIX and not protocol
+    )
+    segments: list[LogSegment] = []
+    try:
+        for position, base in enumerate(bases):
+            recovered_next = trusted_below is not None and (
+                position + 1 == len(bases) or bases[position + 1] > trusted_below
+            )
+            missing = [
+                kind
+                for kind in _INDEX_SUFFIXES
+                if not (directory / files.segment_file_name(base, kind)).exists()
+            ]
+            segment = LogSegment.open(directory, base, config=config, created_ms=now_ms)
+            segments.append(segment)
+            if recovered_next:
+                continue
+            if missing or segment.index_rebuild_reasons:
+                logger.warning(
+                    "%ssegment %s: rebuilding its indexes (%s)",
+                    prefix,
+                    base,
+                    "; ".join(
+                        [f"no {kind} file" for kind in missing] + segment.index_rebuild_reasons
+                    ),
+                )
+                segment.recover()
+                continue
+            try:
+                segment.sanity_check()
+            except CorruptIndexError as exc:
+                logger.warning("%srebuilding the indexes of segment %s: %s", prefix, base, exc)
+                segment.recover()
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments
+
+
+def _recover_segments(segments: list[LogSegment], recovery_point: int, prefix: str) -> None:
+    """Pass L8: re-validate every segment from the one holding the recovery point on."""
+    start = 0
+    for index, segment in enumerate(segments):
+        if segment.base_offset <= recovery_point:
+            start = index
+    logger.info(
+        "%sunclean shutdown: recovering %s segment(s) from offset %s",
+        prefix,
+        len(segments) - start,
+        segments[start].base_offset,
+    )
+    for index in range(start, len(segments)):
+        segment = segments[index]
+        truncated = segment.recover()
+        if truncated > 0:
+            later = segments[index + 1 :]
+            logger.warning(
+                "%scorruption in segment %s: truncated %s bytes (now ends at offset %s); "
+                "deleting %s later segment(s)",
+                prefix,
+                segment.base_offset,
+                truncated,
+                segment.read_next_offset(),
+                len(later),
+            )
+            for dropped in later:
+                dropped.delete()
+            del segments[index + 1 :]
+            return
+
+
+def load_log(
+    directory: Path,
+    *,
+    config: LogConfig,
+    topic: str,
+    partition: int,
+    now_ms: int,
+) -> LoadedLog:
+    """Run passes L1-L10 over ``directory`` and return its segments, opened and consistent."""
+    prefix = f"[{topic}-{partition}] "
+    marker = directory / CLEAN_SHUTDOWN_FILE
+    had_clean_shutdown = marker.exists()
+    checkpointed_rp = read_offset_checkpoint(
+        directory / RECOVERY_POINT_CHECKPOINT, topic, partition
+    )
+    recovery_point = checkpointed_rp if checkpointed_rp is not None else 0
+    _remove_stray_files(directory, prefix)  # L1-L3
+    _complete_swaps(directory, config, prefix)  # L4-L5
+    _delete_orphan_indexes(directory, prefix)  # L6
+    segments = _open_segments(
+        directory, config, now_ms, None if had_clean_shutdown else recovery_point, prefix
+    )  # L7
+    try:
+        if not had_clean_shutdown and segments:
+            _recover_segments(segments, recovery_point, prefix)  # L8
+        checkpointed_start = read_offset_checkpoint(
+            directory / LOG_START_OFFSET_CHECKPOINT, topic, partition
+        )
+        log_start = max(checkpointed_start or 0, segments[0].base_offset if segments else 0)
+        log_end = segments[-1].read_next_offset() if segments else log_start
+        if log_start > log_end:  # L9: Kafka's deleteSegmentsIfLogStartGreaterThanLogEnd
+            logger.warning(
+                "%slog start offset %s is past the log end offset %s: deleting all segments",
+                prefix,
+                log_start,
+                log_end,
+            )
+            for segment in segments:
+                segment.delete()
+            segments.clear()
+            log_end = log_start
+        if not segments:  # L9
+            segments.append(
+                LogSegment.create(directory, log_start, config=config, created_ms=now_ms)
+            )
+            files.fsync_dir(directory, "load.fsync_dir")
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    rp = log_end if had_clean_shutdown else min(recovery_point, log_end)
+    if had_clean_shutdown:  # L10
+        files.delete_file(marker, "load.delete_marker")
+        files.fsync_dir(directory, "load.fsync_dir")
+    logger.info(
+        "%sloaded %s segment(s): log start offset %s, log end offset %s, recovery point %s%s",
+        prefix,
+        len(segments),
+        log_start,
+        log_end,
+        rp,
+        "" if had_clean_shutdown else " (after recovery)",
+    )
+    return LoadedLog(
+        segments=segments,
+        log_start_offset=log_start,
+        log_end_offset=log_end,
+        recovery_point=rp,
+        had_clean_shutdown=had_clean_shutdown,
+    )
