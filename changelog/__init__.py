@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from changelog.cleaner import CleanerStats
+from changelog.cleaner_service import CleanerService
 from changelog.config import CleanerConfig, LogConfig
 from changelog.errors import (
     ChangelogError,
@@ -30,6 +32,8 @@ __all__ = [
     "ChangelogError",
     "CleanerAbortedError",
     "CleanerConfig",
+    "CleanerService",
+    "CleanerStats",
     "CorruptCheckpointError",
     "CorruptDataError",
     "CorruptIndexError",

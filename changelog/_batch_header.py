@@ -39,8 +39,9 @@ a freshly created partition is 0.  We write 0, so our batches look like those
 of a new topic's first leader, and Kafka's recovery puts one entry (epoch 0 at
 the first offset) into its leader-epoch cache.
 
-Nothing in this module touches files.  After a crash the ``.log`` is the only
-thing trusted, and only batch by batch through :func:`iter_batches` with CRC
+Nothing in this module touches files; reading batches back (framing, CRC and
+the order of the checks) is :mod:`changelog._batch_reader`.  After a crash the
+``.log`` is the only thing trusted, and only batch by batch with CRC
 validation; the indexes are rebuilt from it.
 
 Thread-safety: every function is pure and thread-safe; :class:`BatchHeader` is immutable.
@@ -50,20 +51,17 @@ from __future__ import annotations
 
 import mmap
 import struct
-import zlib
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Final
 
 import attrs
 import crc32c
 
-from changelog.errors import CorruptRecordError, UnsupportedFormatError
-
 __all__ = [
     "BATCH_HEADER_SIZE",
     "CREATE_TIME",
     "DELETE_HORIZON_FLAG_MASK",
+    "HEADER",
+    "HEADER_FIELDS",
     "LOG_APPEND_TIME",
     "LOG_OVERHEAD",
     "MAGIC",
@@ -75,11 +73,9 @@ __all__ = [
     "TRANSACTIONAL_FLAG_MASK",
     "BatchHeader",
     "Buffer",
-    "checked_batch",
-    "decode_header",
-    "iter_batches",
+    "field_offset",
+    "field_struct",
     "patch_header",
-    "validate_batch",
     "write_header",
 ]
 
@@ -88,7 +84,7 @@ __all__ = [
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 """What the readers accept: bytes, or a view of a file (``mmap``) or of a larger buffer."""
 
-_HEADER_FIELDS: Final = (
+HEADER_FIELDS: Final = (
     ("base_offset", "q"),
     ("batch_length", "i"),
     ("partition_leader_epoch", "i"),
@@ -103,39 +99,37 @@ _HEADER_FIELDS: Final = (
     ("base_sequence", "i"),
     ("records_count", "i"),
 )
-_HEADER: Final = struct.Struct(">" + "".join(code for _, code in _HEADER_FIELDS))
+HEADER: Final = struct.Struct(">" + "".join(code for _, code in HEADER_FIELDS))
 
 
-def _field_offset(name: str) -> int:
+def field_offset(name: str) -> int:
     codes = ""
-    for field, code in _HEADER_FIELDS:
+    for field, code in HEADER_FIELDS:
         if field == name:
             return struct.calcsize(">" + codes)
         codes += code
     raise KeyError(name)
 
 
-def _field_struct(name: str) -> struct.Struct:
-    return struct.Struct(">" + dict(_HEADER_FIELDS)[name])
+def field_struct(name: str) -> struct.Struct:
+    return struct.Struct(">" + dict(HEADER_FIELDS)[name])
 
 
-BATCH_HEADER_SIZE: Final = _HEADER.size
+BATCH_HEADER_SIZE: Final = HEADER.size
 """61: the fixed header in front of the records (Kafka's ``RECORD_BATCH_OVERHEAD``)."""
-LOG_OVERHEAD: Final = _field_offset("partition_leader_epoch")
+LOG_OVERHEAD: Final = field_offset("partition_leader_epoch")
 """12: base offset + batch length, the bytes ``batch_length`` does not count."""
-_LEADER_EPOCH_OFFSET: Final = _field_offset("partition_leader_epoch")
-_MAGIC_OFFSET: Final = _field_offset("magic")
-_CRC_OFFSET: Final = _field_offset("crc")
-_ATTRIBUTES_OFFSET: Final = _field_offset("attributes")
-_LAST_OFFSET_DELTA_OFFSET: Final = _field_offset("last_offset_delta")
+_LEADER_EPOCH_OFFSET: Final = field_offset("partition_leader_epoch")
+_MAGIC_OFFSET: Final = field_offset("magic")
+_CRC_OFFSET: Final = field_offset("crc")
+_ATTRIBUTES_OFFSET: Final = field_offset("attributes")
+_LAST_OFFSET_DELTA_OFFSET: Final = field_offset("last_offset_delta")
 _HEADER_SIZE_UP_TO_MAGIC: Final = _MAGIC_OFFSET + 1
-_PREFIX: Final = struct.Struct(">" + "".join(code for _, code in _HEADER_FIELDS[:4]))
-_BASE_OFFSET: Final = _field_struct("base_offset")
-_LEADER_EPOCH: Final = _field_struct("partition_leader_epoch")
-_CRC: Final = _field_struct("crc")
-_LAST_OFFSET_DELTA: Final = _field_struct("last_offset_delta")
-_MIN_BATCH_LENGTH: Final = BATCH_HEADER_SIZE - LOG_OVERHEAD
-_MIN_RECORD_SIZE: Final = 7  # length, attributes, ts delta, offset delta, key, value, headers
+_PREFIX: Final = struct.Struct(">" + "".join(code for _, code in HEADER_FIELDS[:4]))
+_BASE_OFFSET: Final = field_struct("base_offset")
+_LEADER_EPOCH: Final = field_struct("partition_leader_epoch")
+_CRC: Final = field_struct("crc")
+_LAST_OFFSET_DELTA: Final = field_struct("last_offset_delta")
 
 MAGIC: Final = 2
 NO_TIMESTAMP: Final = -1
@@ -152,11 +146,6 @@ _TIMESTAMP_TYPE_MASK: Final = 0x08
 TRANSACTIONAL_FLAG_MASK: Final = 0x10
 _CONTROL_FLAG_MASK: Final = 0x20
 DELETE_HORIZON_FLAG_MASK: Final = 0x40
-_LEGACY_MAGICS: Final = (0, 1)
-# A legacy (v0/v1) message after offset and size: crc uint32 (zlib CRC-32 of
-# magic..end), magic int8, attributes int8, [timestamp int64 in v1], key, value.
-_LEGACY_CRC: Final = struct.Struct(">I")
-_LEGACY_MIN_MESSAGE_SIZE: Final = 4 + 1 + 1 + 4 + 4  # crc, magic, attributes, key and value lengths
 
 _INT16_MAX: Final = 2**15 - 1
 _INT32_MAX: Final = 2**31 - 1
@@ -251,7 +240,7 @@ def write_header(
     records_count: int,
 ) -> bytes:
     """Write the header into the first 61 bytes of ``buf`` (the records follow), CRC last."""
-    _HEADER.pack_into(
+    HEADER.pack_into(
         buf,
         0,
         base_offset,
@@ -291,186 +280,3 @@ def patch_header(
     if _LAST_OFFSET_DELTA.unpack_from(buf, _LAST_OFFSET_DELTA_OFFSET)[0] != last_offset_delta:
         _LAST_OFFSET_DELTA.pack_into(buf, _LAST_OFFSET_DELTA_OFFSET, last_offset_delta)
         _CRC.pack_into(buf, _CRC_OFFSET, crc32c.crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def _parse_header(
-    buf: Buffer, position: int, end: int, path: Path | str, shift: int
-) -> BatchHeader:
-    """Header at ``buf[position]``, bounds-checked against ``end``; errors at ``position + shift``."""
-    where = position + shift
-    available = end - position
-    if available < _HEADER_SIZE_UP_TO_MAGIC:
-        raise CorruptRecordError(
-            path, where, f"torn batch header: {available} bytes where at least 17 are needed"
-        )
-    base_offset, batch_length, _epoch, magic = _PREFIX.unpack_from(buf, position)
-    if magic in _LEGACY_MAGICS:
-        _reject_legacy(
-            buf, position=position, end=end, size=batch_length, magic=magic, path=path, where=where
-        )
-    if magic != MAGIC:
-        raise CorruptRecordError(path, where, "unknown magic byte", expected=MAGIC, actual=magic)
-    if batch_length < _MIN_BATCH_LENGTH:
-        raise CorruptRecordError(
-            path,
-            where,
-            f"batch_length {batch_length} is smaller than the {_MIN_BATCH_LENGTH}-byte header",
-        )
-    if batch_length + LOG_OVERHEAD > available:
-        raise CorruptRecordError(
-            path,
-            where,
-            f"torn batch: its header says {batch_length + LOG_OVERHEAD} bytes "
-            f"but only {available} remain",
-        )
-    header = BatchHeader(*_HEADER.unpack_from(buf, position))
-    if base_offset < 0 or header.last_offset_delta < 0 or header.records_count < 0:
-        raise CorruptRecordError(
-            path,
-            where,
-            f"negative base_offset {base_offset}, last_offset_delta "
-            f"{header.last_offset_delta} or records_count {header.records_count}",
-        )
-    if header.records_count * _MIN_RECORD_SIZE > batch_length - _MIN_BATCH_LENGTH:
-        raise CorruptRecordError(
-            path,
-            where,
-            f"records_count {header.records_count} cannot fit in "
-            f"{batch_length - _MIN_BATCH_LENGTH} bytes of records",
-        )
-    return header
-
-
-def _reject_legacy(
-    buf: Buffer,
-    *,
-    position: int,
-    end: int,
-    size: int,
-    magic: int,
-    path: Path | str,
-    where: int,
-) -> None:
-    """A v0/v1 message is unsupported if its own CRC holds; otherwise it is garbage.
-
-    Zeros or a torn tail also have a 0 in the magic byte; the legacy CRC tells
-    a real old-format message from those, so a torn tail stays a
-    :class:`CorruptRecordError` that the loader may truncate.
-    """
-    stop = position + LOG_OVERHEAD + size
-    if size >= _LEGACY_MIN_MESSAGE_SIZE and stop <= end:
-        (stored,) = _LEGACY_CRC.unpack_from(buf, position + LOG_OVERHEAD)
-        if zlib.crc32(memoryview(buf)[position + _MAGIC_OFFSET : stop]) == stored:
-            raise UnsupportedFormatError(
-                path,
-                where,
-                f"message format v{magic} (magic {magic}); only record batch v2 is read",
-            )
-    raise CorruptRecordError(
-        path, where, f"magic byte {magic} but not a valid message (garbage or a torn write)"
-    )
-
-
-def _check_compression(header: BatchHeader, path: Path | str, where: int) -> None:
-    if header.compression:
-        raise UnsupportedFormatError(
-            path, where, f"compressed batch (codec {header.compression}); only uncompressed is read"
-        )
-
-
-def _check_crc(
-    buf: Buffer,
-    position: int,
-    header: BatchHeader,
-    path: Path | str,
-    shift: int,
-) -> None:
-    view = memoryview(buf)[position + _ATTRIBUTES_OFFSET : position + header.size_in_bytes]
-    actual = crc32c.crc32c(view)
-    if actual != header.crc:
-        raise CorruptRecordError(
-            path,
-            position + shift,
-            "record batch fails its CRC-32C check",
-            expected=header.crc,
-            actual=actual,
-        )
-
-
-def decode_header(
-    buf: Buffer, position: int, *, path: Path | str, end: int | None = None
-) -> BatchHeader:
-    """Decode and bounds-check the batch header at ``buf[position]``.
-
-    The whole batch must lie before ``end`` (default ``len(buf)``; a caller
-    holding only the header bytes passes the file size).  A short, torn or
-    garbage header raises :class:`CorruptRecordError` naming ``path`` and
-    ``position``; magic 0/1 or a compressed batch raise
-    :class:`UnsupportedFormatError`.  The CRC is checked by :func:`validate_batch`.
-    """
-    header = _parse_header(buf, position, len(buf) if end is None else end, path, 0)
-    _check_compression(header, path, position)
-    return header
-
-
-def validate_batch(buf: Buffer, position: int, header: BatchHeader, *, path: Path | str) -> None:
-    """Check the CRC-32C of the batch at ``buf[position]`` (bytes 21..end of the batch).
-
-    On mismatch raises :class:`CorruptRecordError` with the stored CRC as
-    ``expected`` and the computed one as ``actual``.
-    """
-    if position + header.size_in_bytes > len(buf):
-        raise CorruptRecordError(path, position, "torn batch: buffer ends inside it")
-    _check_crc(buf, position, header, path, 0)
-
-
-def iter_batches(
-    buf: Buffer,
-    *,
-    path: Path | str,
-    start_position: int = 0,
-    validate: bool = True,
-) -> Iterator[tuple[int, BatchHeader]]:
-    """Yield ``(position, header)`` for each batch from ``start_position`` to exactly ``len(buf)``.
-
-    ``buf`` is typically a whole ``.log`` file (an ``mmap`` works).  With
-    ``validate`` each batch's CRC is checked before it is yielded.  Anything
-    that is not a whole valid batch, including a partial batch at the end,
-    raises :class:`CorruptRecordError` naming its position; callers decide
-    whether that is a torn tail to truncate (everything before it was yielded).
-    """
-    end = len(buf)
-    if not 0 <= start_position <= end:
-        raise ValueError(f"start_position {start_position} is outside [0, {end}]")
-    position = start_position
-    while position < end:
-        header = _parse_header(buf, position, end, path, 0)
-        if validate:
-            _check_crc(buf, position, header, path, 0)
-        _check_compression(header, path, position)
-        yield position, header
-        position += header.size_in_bytes
-
-
-def checked_batch(batch: Buffer, path: Path | str, position: int, validate: bool) -> BatchHeader:
-    """Header of ``batch``, which must be exactly one whole batch found at ``position`` in ``path``.
-
-    Checks the framing, then (with ``validate``) the CRC, then that it is
-    uncompressed; errors name ``path`` and ``position``.
-    """
-    header = _parse_header(batch, 0, len(batch), path, position)
-    if header.size_in_bytes != len(batch):
-        raise CorruptRecordError(
-            path,
-            position,
-            "buffer is not exactly one batch",
-            expected=header.size_in_bytes,
-            actual=len(batch),
-        )
-    if validate:
-        _check_crc(batch, 0, header, path, position)
-    _check_compression(header, path, position)
-    return header

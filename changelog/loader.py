@@ -3,7 +3,7 @@
 This is Kafka's ``LogLoader``, pass by pass.  Each pass undoes or completes
 one step of a protocol that may have been cut short by a crash; the steps are
 numbered in ``docs/recovery.md`` and in the code that runs them (``Log.roll``,
-``Log.close``, ``Log.delete_old_segments``, ``Log.replace_segments``,
+``Log.close``, ``Log.delete_old_segments``, :func:`changelog.replace.replace_segments`,
 :func:`changelog.files.atomic_write`):
 
 ====  ===============================================================  ======================

@@ -19,11 +19,7 @@ brackets; ``docs/recovery.md`` tells the whole story):
 * retention: D1 rename each deleted segment's files to ``.deleted``, oldest
   first [L2, L6]; D2 remove them after ``file_delete_delay_ms`` [L2]; D3 the log
   start offset moves to the first remaining segment [L9].
-* replace (Kafka's ``replaceSegments``): S1 flush the new segments;
-  S2 rename them ``.cleaned`` -> ``.swap``, highest first [L3];
-  S3 swap them into the segment list (memory only); S4 rename the old
-  segments to ``.deleted`` [L4, L2]; S5 rename the new ones ``.swap`` -> ordinary
-  [L5]; S6 fsync the directory.
+* replace (Kafka's ``replaceSegments``): S0-S6 [L2-L5], in :mod:`changelog.replace`.
 * close: C1 flush the active segment; C2 write the recovery-point checkpoint;
   C3 write the log-start-offset checkpoint; C4 remove pending ``.deleted``
   files [L2]; C5 write the clean-shutdown marker [L10 deletes it; its absence
@@ -40,10 +36,8 @@ reads segments through readers and holds the lock only in
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
-import re
 import struct
 import threading
 import time
@@ -52,29 +46,24 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
-import attrs
-
 from changelog import files
+from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
-    CleanerAbortedError,
-    InvalidConfigError,
     LogClosedError,
     LogStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from changelog.loader import (
-    CLEAN_SHUTDOWN_FILE,
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    load_log,
-    write_offset_checkpoint,
-)
+from changelog.loader import LoadedLog
 from changelog.lock import DirectoryLock
-from changelog.record_batch import BatchHeader, Record, decode_records, encode_batch
-from changelog.retention import segments_to_delete
-from changelog.segment import LogSegment, SegmentReader
+from changelog.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
+from changelog.log_reader import located_batches, open_snapshot, records_in_range
+from changelog.log_segments import LogSegments
+from changelog.record_batch import BatchHeader, Record, encode_batch
+from changelog.recovery_point import RecoveryPoint
+from changelog.replace import replace_segments
+from changelog.segment import LogSegment
 
 if TYPE_CHECKING:
     from changelog.cleaner import CleanerStats
@@ -84,9 +73,6 @@ __all__ = ["AppendInfo", "Clock", "Log", "parse_topic_partition", "wall_clock_ms
 Clock = Callable[[], int]
 """A callable returning the current time in milliseconds."""
 
-_TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
-_PARTITION: Final = re.compile(r"[0-9]{1,10}")
-_INT32_MAX: Final = 2**31 - 1
 _BASE_OFFSET: Final = struct.Struct(">q")  # the first 8 bytes of a batch, outside its CRC
 
 logger = logging.getLogger(__name__)
@@ -95,43 +81,6 @@ logger = logging.getLogger(__name__)
 def wall_clock_ms() -> int:
     """The default clock: wall-clock time in milliseconds."""
     return time.time_ns() // 1_000_000
-
-
-def parse_topic_partition(directory: Path) -> tuple[str, int]:
-    """``("orders", 3)`` for a directory named ``orders-3``; a typed error otherwise.
-
-    The topic must be a legal Kafka topic name (1-249 of ``[a-zA-Z0-9._-]``)
-    and the partition a non-negative int32.
-    """
-    topic, sep, number = directory.name.rpartition("-")
-    if (
-        not sep
-        or not _TOPIC.fullmatch(topic)
-        or not _PARTITION.fullmatch(number)
-        or int(number) > _INT32_MAX
-    ):
-        raise InvalidConfigError(
-            "directory", str(directory), "a partition directory must be named <topic>-<partition>"
-        )
-    return topic, int(number)
-
-
-@attrs.frozen(kw_only=True)
-class AppendInfo:
-    """Where one :meth:`Log.append` put its batch."""
-
-    first_offset: int
-    """Offset of the first record."""
-    last_offset: int
-    """Offset of the last record (``first_offset + len(records) - 1``)."""
-    timestamp_ms: int
-    """The CreateTime every record got."""
-    size_bytes: int
-    """Size of the batch in the ``.log`` file."""
-    segment_base_offset: int
-    """Base offset of the segment that holds it."""
-    flushed: bool
-    """Whether the append was fsynced before returning (the flush policy decides)."""
 
 
 class Log:
@@ -158,10 +107,7 @@ class Log:
         topic: str,
         partition: int,
         dir_lock: DirectoryLock,
-        segments: list[LogSegment],
-        log_start_offset: int,
-        log_end_offset: int,
-        recovery_point: int,
+        loaded: LoadedLog,
     ) -> None:
         """Assemble an opened log; use :meth:`Log.open`."""
         self._dir = directory
@@ -172,19 +118,23 @@ class Log:
         self._dir_lock = dir_lock
         self.lock = threading.RLock()
         """Guards the segment list, the active segment, the offsets and flush bookkeeping."""
-        self._segments = segments
-        self._bases = [segment.base_offset for segment in segments]
-        self._log_start_offset = log_start_offset
-        self._log_end_offset = log_end_offset
-        self._recovery_point = recovery_point
-        self._unflushed_records = 0
-        self._last_flush_ms = clock()
-        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._segments = LogSegments(directory, loaded.segments, config=config, clock=clock)
+        self._log_start_offset = loaded.log_start_offset
+        self._log_end_offset = loaded.log_end_offset
         self._closed = False
         self._failure: LogStorageError | None = None
         self.cleaning_barrier_offset: int | None = None
         """Set by the store: the cleaner must not clean at or above this offset (``None``: no limit)."""
         self._prefix = f"[Log partition={topic}-{partition}, dir={directory}] "
+        self._rp = RecoveryPoint(
+            directory,
+            topic,
+            partition,
+            loaded.recovery_point,
+            config=config,
+            clock=clock,
+            prefix=self._prefix,
+        )
 
     # ----------------------------------------------------------------- opening
 
@@ -198,24 +148,11 @@ class Log:
         runs the loader's recovery passes and returns the ready log.
         """
         directory = Path(directory)
-        topic, partition = parse_topic_partition(directory)
         config = config if config is not None else LogConfig()
         clock = clock if clock is not None else wall_clock_ms
-        if not directory.exists():
-            try:
-                directory.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise LogStorageError(directory, "mkdir", exc) from exc
-            files.fsync_dir(directory.parent, "open.fsync_parent")
-        dir_lock = DirectoryLock(directory)
-        dir_lock.acquire()
-        try:
-            loaded = load_log(
-                directory, config=config, topic=topic, partition=partition, now_ms=clock()
-            )
-        except BaseException:
-            dir_lock.release()
-            raise
+        topic, partition, dir_lock, loaded = open_partition_dir(
+            directory, config=config, now_ms=clock()
+        )
         return cls(
             directory,
             config=config,
@@ -223,10 +160,7 @@ class Log:
             topic=topic,
             partition=partition,
             dir_lock=dir_lock,
-            segments=loaded.segments,
-            log_start_offset=loaded.log_start_offset,
-            log_end_offset=loaded.log_end_offset,
-            recovery_point=loaded.recovery_point,
+            loaded=loaded,
         )
 
     def __enter__(self) -> Log:
@@ -276,13 +210,13 @@ class Log:
     def segments(self) -> list[LogSegment]:
         """A snapshot of the segments in offset order (the active one last)."""
         with self.lock:
-            return list(self._segments)
+            return list(self._segments.items)
 
     @property
     def active_segment(self) -> LogSegment:
         """The segment appends go to."""
         with self.lock:
-            return self._segments[-1]
+            return self._segments.active
 
     @property
     def log_start_offset(self) -> int:
@@ -297,7 +231,7 @@ class Log:
     @property
     def recovery_point(self) -> int:
         """Offsets below this have been fsynced."""
-        return self._recovery_point
+        return self._rp.offset
 
     @property
     def closed(self) -> bool:
@@ -317,6 +251,11 @@ class Log:
             ) from self._failure
         if self._closed:
             raise LogClosedError(f"{self._prefix}the log is closed")
+
+    def _check_in_range(self, offset: int) -> None:
+        self._check_open()
+        if not self._log_start_offset <= offset <= self._log_end_offset:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, self._log_end_offset)
 
     @contextlib.contextmanager
     def _fatal_on_storage_error(self) -> Iterator[None]:
@@ -338,7 +277,7 @@ class Log:
             f"log_end_offset={self._log_end_offset}, segments={len(self._segments)})"
         )
 
-    # ----------------------------------------------------------------- appending
+    # ----------------------------------------------------------------- appending, rolling, flushing
 
     def append(
         self, records: Sequence[tuple[bytes | None, bytes | None]], timestamp_ms: int | None = None
@@ -364,27 +303,18 @@ class Log:
             first = self._log_end_offset
             last = first + count - 1
             _BASE_OFFSET.pack_into(batch, 0, first)
-            segment = self._segments[-1]
+            segment = self._segments.active
             if segment.should_roll(
                 messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
             ):
                 segment = self._roll_locked()
-            segment.append(
-                batch,
-                largest_offset=last,
-                largest_timestamp_ms=stamp,
-                offset_of_max_timestamp=last,
-            )
+            segment.append(batch, largest_offset=last, largest_timestamp_ms=stamp)
             self._log_end_offset = last + 1
-            self._unflushed_records += count
             flushed = False
-            if (
-                self._unflushed_records >= self._config.flush_messages
-                or self._clock() - self._last_flush_ms >= self._config.flush_ms
-            ):
+            if self._rp.appended(count):
                 with self._fatal_on_storage_error():
-                    segment.flush_log()
-                self._mark_flushed()
+                    segment.flush_log()  # A2
+                self._rp.flushed(self._log_end_offset)
                 flushed = True
             return AppendInfo(
                 first_offset=first,
@@ -395,13 +325,6 @@ class Log:
                 flushed=flushed,
             )
 
-    def _mark_flushed(self) -> None:
-        self._unflushed_records = 0
-        self._last_flush_ms = self._clock()
-        self._recovery_point = self._log_end_offset
-
-    # ----------------------------------------------------------------- rolling and flushing
-
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
         with self.lock:
@@ -409,24 +332,16 @@ class Log:
             return self._roll_locked()
 
     def _roll_locked(self) -> LogSegment:
-        active = self._segments[-1]
+        active = self._segments.active
         if active.size_bytes == 0 and active.base_offset == self._log_end_offset:
             return active
         with self._fatal_on_storage_error():
             active.on_become_inactive()
             active.flush()  # R1
-        segment = LogSegment.create(
-            self._dir, self._log_end_offset, config=self._config, created_ms=self._clock()
-        )  # R2
-        self._segments.append(segment)
-        self._bases.append(segment.base_offset)
-        files.fsync_dir(self._dir, "roll.fsync_dir")  # R3
-        self._unflushed_records = 0
-        self._last_flush_ms = self._clock()
-        self._recovery_point = segment.base_offset
-        self._write_recovery_point("roll.checkpoint")  # R4
+        segment = self._segments.roll(self._log_end_offset)  # R2, R3
+        self._rp.rolled(segment.base_offset)  # R4
         logger.info("%srolled new segment at offset %s", self._prefix, segment.base_offset)
-        self._delete_expired_files()
+        self._segments.delete_expired()
         return segment
 
     def flush(self) -> None:
@@ -434,17 +349,8 @@ class Log:
         with self.lock:
             self._check_open()
             with self._fatal_on_storage_error():
-                self._segments[-1].flush()
-            self._mark_flushed()
-
-    def _write_recovery_point(self, step: str) -> None:
-        write_offset_checkpoint(
-            self._dir / RECOVERY_POINT_CHECKPOINT,
-            self._topic,
-            self._partition,
-            self._recovery_point,
-        )
-        logger.debug("%s%s: recovery point %s", self._prefix, step, self._recovery_point)
+                self._segments.active.flush()
+            self._rp.flushed(self._log_end_offset)
 
     # ----------------------------------------------------------------- reading
 
@@ -453,13 +359,12 @@ class Log:
     ) -> Iterator[tuple[BatchHeader, bytes]]:
         """Yield ``(header, batch bytes)`` of every batch holding offsets ``>= start_offset``.
 
-        Stops before the first batch whose base offset is ``>= max_offset``
-        (exclusive).  The batches are CRC-checked; the first batch may start
-        before ``start_offset`` (batches are never split).  Reads a snapshot:
-        the segments and sizes as they were when iteration started,
-        unaffected by later appends, swaps or deletions.  The bulk path of
-        restore and dump: no per-record work.  The snapshot keeps the
-        segments' descriptors open until the iterator is exhausted or closed.
+        Stops before the first batch whose base offset is ``>= max_offset``.
+        CRC-checked; the first batch may start before ``start_offset`` (batches
+        are never split).  Reads a snapshot (:mod:`changelog.log_reader`),
+        unaffected by later appends, swaps or deletions, whose descriptors stay
+        open until the iterator is exhausted or closed.  The bulk path of
+        restore and dump: no per-record work.
         """
         for _path, _position, header, data in self._located_batches(start_offset, max_offset):
             yield header, data
@@ -468,17 +373,10 @@ class Log:
         self, start_offset: int, max_offset: int | None
     ) -> Iterator[tuple[Path, int, BatchHeader, bytes]]:
         """:meth:`read_batches` with each batch's file and position (for error messages)."""
-        readers, start_position = self._snapshot(start_offset)
-        try:
-            for index, reader in enumerate(readers):
-                for position, header, data in reader.batches(start_position if index == 0 else 0):
-                    if max_offset is not None and header.base_offset >= max_offset:
-                        return
-                    if header.last_offset >= start_offset:
-                        yield reader.path, position, header, data
-        finally:
-            for reader in readers:
-                reader.close()
+        with self.lock:
+            self._check_in_range(start_offset)
+            readers, start_position = open_snapshot(self._segments, start_offset)
+        yield from located_batches(readers, start_position, start_offset, max_offset)
 
     def read(self, start_offset: int = 0, *, max_offset: int | None = None) -> Iterator[Record]:
         """Yield the records with offsets in ``[start_offset, max_offset)`` in offset order.
@@ -489,20 +387,8 @@ class Log:
         :class:`~changelog.errors.CorruptRecordError` (path and position) for
         a batch that fails its CRC or framing.  Control batches are skipped.
         """
-        for path, position, header, data in self._located_batches(start_offset, max_offset):
-            if header.is_control:
-                continue
-            records = decode_records(data, path=path, position=position, validate=False)
-            if header.base_offset >= start_offset and (
-                max_offset is None or header.last_offset < max_offset
-            ):
-                yield from records
-                continue
-            for record in records:
-                if record.offset >= start_offset and (
-                    max_offset is None or record.offset < max_offset
-                ):
-                    yield record
+        located = self._located_batches(start_offset, max_offset)
+        yield from records_in_range(located, start_offset, max_offset)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Offset of the first record with a timestamp ``>= timestamp_ms``, or ``None``.
@@ -512,38 +398,10 @@ class Log:
         """
         with self.lock:
             self._check_open()
-            for segment in self._segments:
-                if segment.max_timestamp_so_far_ms >= timestamp_ms:
-                    found = segment.find_offset_by_timestamp(timestamp_ms)
-                    if found is not None:
-                        return max(found, self._log_start_offset)
-            return None
+            found = self._segments.offset_for_timestamp(timestamp_ms)
+            return None if found is None else max(found, self._log_start_offset)
 
-    def _snapshot(self, start_offset: int) -> tuple[list[SegmentReader], int]:
-        """Readers over the segments from the one holding ``start_offset``, and the start position."""
-        with self.lock:
-            self._check_open()
-            if not self._log_start_offset <= start_offset <= self._log_end_offset:
-                raise OffsetOutOfRangeError(
-                    start_offset, self._log_start_offset, self._log_end_offset
-                )
-            first = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
-            segments = self._segments[first:]
-            start_position = segments[0].translate_offset(start_offset)
-            if start_position is None:  # past the first segment's data: start at the next
-                segments = segments[1:]
-                start_position = 0
-            readers: list[SegmentReader] = []
-            try:
-                for segment in segments:
-                    readers.append(segment.open_reader())
-            except BaseException:
-                for reader in readers:
-                    reader.close()
-                raise
-            return readers, start_position
-
-    # ----------------------------------------------------------------- truncation
+    # ----------------------------------------------------------------- truncation, retention, cleaning
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset ``>= offset``; returns the new log end offset.
@@ -554,24 +412,11 @@ class Log:
         ``[log_start_offset, log_end_offset]``.
         """
         with self.lock:
-            self._check_open()
-            if not self._log_start_offset <= offset <= self._log_end_offset:
-                raise OffsetOutOfRangeError(offset, self._log_start_offset, self._log_end_offset)
+            self._check_in_range(offset)
             if offset == self._log_end_offset:
                 return offset
-            keep = max(1, bisect.bisect_right(self._bases, offset))
-            doomed = self._segments[keep:]
-            for segment in reversed(doomed):  # T1, newest first: a crash leaves a prefix
-                self._schedule_delete(segment)
-            del self._segments[keep:]
-            del self._bases[keep:]
-            active = self._segments[-1]
-            active.truncate_to(offset, now_ms=self._clock())  # T2
-            active.flush()
-            self._log_end_offset = active.read_next_offset()
-            self._recovery_point = min(self._recovery_point, self._log_end_offset)
-            self._unflushed_records = 0
-            self._write_recovery_point("truncate.checkpoint")  # T3
+            self._log_end_offset = self._segments.truncate_to(offset)  # T1, T2
+            self._rp.truncated(self._log_end_offset)  # T3
             logger.info(
                 "%struncated to offset %s (log end offset now %s)",
                 self._prefix,
@@ -580,53 +425,21 @@ class Log:
             )
             return self._log_end_offset
 
-    # ----------------------------------------------------------------- retention
-
     def delete_old_segments(self) -> int:
         """Apply retention (see :mod:`changelog.retention`); returns the number of segments deleted."""
         with self.lock:
             self._check_open()
-            count = segments_to_delete(
-                self._segments,
-                config=self._config,
-                log_start_offset=self._log_start_offset,
-                now_ms=self._clock(),
-            )
-            doomed = self._segments[:count]
-            for segment in doomed:  # D1 (oldest first)
-                self._schedule_delete(segment)
-                del self._segments[0]
-                del self._bases[0]
-            if doomed:
-                self._log_start_offset = max(self._log_start_offset, self._bases[0])  # D3
+            count = self._segments.apply_retention(self._log_start_offset)  # D1 (oldest first)
+            if count:
+                self._log_start_offset = max(self._log_start_offset, self._segments.bases[0])  # D3
                 logger.info(
                     "%sretention deleted %s segment(s); log start offset now %s",
                     self._prefix,
-                    len(doomed),
+                    count,
                     self._log_start_offset,
                 )
-            self._delete_expired_files()  # D2
-            return len(doomed)
-
-    def _schedule_delete(self, segment: LogSegment) -> None:
-        """Rename ``segment``'s files to ``.deleted`` and queue them for removal (D1/T1/S4)."""
-        segment.change_file_suffixes(segment.file_suffix, files.DELETED_SUFFIX)
-        segment.close()
-        self._pending_deletes.append((self._clock() + self._config.file_delete_delay_ms, segment))
-        if self._config.file_delete_delay_ms == 0:
-            self._delete_expired_files()
-
-    def _delete_expired_files(self, *, everything: bool = False) -> None:
-        now = self._clock()
-        keep: list[tuple[int, LogSegment]] = []
-        for deadline, segment in self._pending_deletes:
-            if everything or deadline <= now:
-                segment.delete()
-            else:
-                keep.append((deadline, segment))
-        self._pending_deletes = keep
-
-    # ----------------------------------------------------------------- cleaning
+            self._segments.delete_expired()  # D2
+            return count
 
     def clean(self, force: bool = False) -> CleanerStats | None:
         """Run one cleaning pass if the log is due (delegates to ``changelog.cleaner.clean_log``).
@@ -642,45 +455,22 @@ class Log:
     ) -> None:
         """Swap ``new_segments`` (files suffixed ``.cleaned``) in for ``old_segments``.
 
-        Kafka's ``LocalLog.replaceSegments``, steps S1-S6 (module docstring).
-        Each rename is a fault point followed by an fsync of the directory, so
+        Kafka's ``LocalLog.replaceSegments``, steps S0-S6 (:mod:`changelog.replace`):
         a crash at any step leaves either the old or the new segments after
         the loader has run.  Raises :class:`~changelog.errors.CleanerAbortedError`
         (having deleted ``new_segments``) if an old segment is no longer in the
         log or is the active segment; nothing else has changed then.
         """
-        new = sorted(new_segments, key=lambda segment: segment.base_offset)
-        old = sorted(old_segments, key=lambda segment: segment.base_offset)
         with self.lock:
             self._check_open()
-            current = {id(segment) for segment in self._segments[:-1]}
-            if not new or any(id(segment) not in current for segment in old):
-                for segment in new:
-                    segment.delete()
-                raise CleanerAbortedError(
-                    f"{self._prefix}the segments to replace are no longer in the log (or one "
-                    "is the active segment); the cleaned segments were deleted"
-                )
-            for segment in new:  # S1
-                segment.flush()
-            for segment in reversed(new):  # S2
-                segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
-            old_ids = {id(segment) for segment in old}  # S3
-            merged = [segment for segment in self._segments if id(segment) not in old_ids]
-            merged.extend(new)
-            merged.sort(key=lambda segment: segment.base_offset)
-            self._segments[:] = merged
-            self._bases[:] = [segment.base_offset for segment in merged]
-            for segment in old:  # S4
-                self._schedule_delete(segment)
-            for segment in new:  # S5
-                segment.change_file_suffixes(files.SWAP_SUFFIX, "")
-            files.fsync_dir(self._dir, "replace.fsync_dir")  # S6
-            logger.info(
-                "%sreplaced segment(s) %s with %s",
-                self._prefix,
-                [segment.base_offset for segment in old],
-                [segment.base_offset for segment in new],
+            replace_segments(
+                self._segments.items,
+                new_segments,
+                old_segments,
+                directory=self._dir,
+                install=self._segments.install,
+                schedule_delete=self._segments.schedule_delete,
+                log_prefix=self._prefix,
             )
 
     # ----------------------------------------------------------------- closing
@@ -694,20 +484,19 @@ class Log:
         with self.lock:
             if self._closed:
                 return
-            active = self._segments[-1]
+            active = self._segments.active
             with self._fatal_on_storage_error():
                 active.on_become_inactive()
                 active.flush()  # C1
-            self._mark_flushed()
-            self._write_recovery_point("close.checkpoint")  # C2
-            write_offset_checkpoint(
-                self._dir / LOG_START_OFFSET_CHECKPOINT,
-                self._topic,
-                self._partition,
-                self._log_start_offset,
-            )  # C3
-            self._delete_expired_files(everything=True)  # C4
-            files.atomic_write(self._dir / CLEAN_SHUTDOWN_FILE, b"", "close.marker")  # C5
+            self._rp.flushed(self._log_end_offset)
+            self._rp.checkpoint("close.checkpoint")  # C2
+            close_partition_dir(
+                self._dir,
+                topic=self._topic,
+                partition=self._partition,
+                log_start_offset=self._log_start_offset,
+                segments=self._segments,
+            )  # C3-C5
             self._release()
             logger.info("%sclosed at log end offset %s", self._prefix, self._log_end_offset)
 
@@ -722,15 +511,11 @@ class Log:
         with self.lock:
             if self._closed:
                 return
-            self._pending_deletes.clear()
-            self._release()
+            self._release(keep_pending_files=True)
 
-    def _release(self) -> None:
+    def _release(self, *, keep_pending_files: bool = False) -> None:
         self._closed = True
         try:
-            for segment in self._segments:
-                segment.close()
-            for _, segment in self._pending_deletes:
-                segment.close()
+            self._segments.close(keep_pending_files=keep_pending_files)
         finally:
             self._dir_lock.release()

@@ -1,7 +1,8 @@
 """Kafka record batch v2 (magic 2): records in, bytes out, and back.
 
 The header layout (byte table, CRC coverage, what we write for the partition
-leader epoch) lives in :mod:`changelog._batch_header`; one record's layout in
+leader epoch) lives in :mod:`changelog._batch_header`, the order in which a read
+batch is checked in :mod:`changelog._batch_reader`; one record's layout in
 :mod:`changelog._record_body`.  This module is the public face: it re-exports
 the header names and owns :class:`Record` and the encoders/decoders.
 
@@ -61,12 +62,16 @@ from changelog._batch_header import (
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
     Buffer,
+    patch_header,
+    write_header,
+)
+from changelog._batch_reader import (
+    batch_extents,
     checked_batch,
+    declared_size,
     decode_header,
     iter_batches,
-    patch_header,
     validate_batch,
-    write_header,
 )
 from changelog._record_body import Headers, Record, decode_body, encode_body
 from changelog.errors import CorruptRecordError, InvalidRecordError
@@ -85,6 +90,8 @@ __all__ = [
     "BatchHeader",
     "Headers",
     "Record",
+    "batch_extents",
+    "declared_size",
     "decode_header",
     "decode_key_values",
     "decode_records",
@@ -240,8 +247,14 @@ def encode_records(
         partition_leader_epoch=partition_leader_epoch,
         is_transactional=is_transactional,
     )
-    if _FAST is None or not records or delete_horizon_ms is not None:
-        # The builder bases timestamp deltas on the first record: no horizon, no empty batch.
+    if (
+        _FAST is None
+        or not records
+        or delete_horizon_ms is not None
+        or records[0].timestamp_ms == NO_TIMESTAMP
+    ):
+        # The builder bases timestamp deltas on the first record: no horizon, no empty
+        # batch; and it takes a first timestamp of -1 for "none yet" (Kafka takes it as is).
         return _encode_records_py(
             records,
             base_offset=base_offset,

@@ -2,4 +2,52 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from statestore.bytes_store import StoreState
+from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
+from statestore.errors import (
+    CommitFailedError,
+    DeserializationError,
+    InvalidStateStoreError,
+    InvalidStoreConfigError,
+    RecordTooLargeForLogError,
+    RestoreError,
+    SerializationError,
+    StateDirLockedError,
+    StateStoreError,
+    StoreEngineError,
+)
+from statestore.manager import StateManager
+from statestore.partitioner import murmur2, partition_for
+from statestore.restore import RestoreProgress, RestoreResult, StateRestoreListener
+from statestore.serdes import AttrsSerde, BytesSerde, IntSerde, MsgpackSerde, Serde, StringSerde
+from statestore.store import KeyValueStore
+
+__all__ = [
+    "AttrsSerde",
+    "BytesSerde",
+    "CommitFailedError",
+    "DeserializationError",
+    "IntSerde",
+    "InvalidStateStoreError",
+    "InvalidStoreConfigError",
+    "KeyValueStore",
+    "MsgpackSerde",
+    "RecordTooLargeForLogError",
+    "RestoreError",
+    "RestoreProgress",
+    "RestoreResult",
+    "RocksDBConfig",
+    "Serde",
+    "SerializationError",
+    "StateDirLockedError",
+    "StateManager",
+    "StateManagerConfig",
+    "StateRestoreListener",
+    "StateStoreError",
+    "StoreConfig",
+    "StoreEngineError",
+    "StoreState",
+    "StringSerde",
+    "murmur2",
+    "partition_for",
+]

@@ -606,3 +606,57 @@ def test_decode_without_validation_skips_only_the_crc() -> None:
         records = decode(bytes(bad), path=PATH, position=0, validate=False)
         assert records[-1].value == b"3"
     assert [h.base_offset for _, h in iter_batches(bytes(bad), path=PATH, validate=False)] == [0]
+
+
+def test_validating_decode_checks_the_crc_before_the_fields_under_it() -> None:
+    """Length bounds, then the CRC, then the fields and compression bits it covers."""
+    first, second = two_batches()
+    buf = first + second
+    for offset, fmt, value in [
+        (21, ">h", 1),  # a compression bit: without the CRC this reads as "compressed"
+        (21, ">h", 4),
+        (57, ">i", -1),  # records_count: without the CRC this reads as "negative"
+        (23, ">i", -1),  # last_offset_delta
+    ]:
+        bad = bytearray(buf)
+        struct.pack_into(fmt, bad, len(first) + offset, value)
+        with pytest.raises(CorruptRecordError, match="CRC-32C") as info:
+            decode_header(bad, len(first), path=PATH, validate=True, file_position=9000)
+        assert info.value.position == 9000
+        with pytest.raises(CorruptRecordError, match="CRC-32C") as info:
+            list(iter_batches(bytes(bad), path=PATH))
+        assert info.value.position == len(first)
+        with pytest.raises((CorruptRecordError, UnsupportedFormatError)):
+            decode_header(bad, len(first), path=PATH)  # header only: the CRC is not checked
+    # A validating decode needs the whole batch; a bounds error names the file position.
+    with pytest.raises(CorruptRecordError, match="buffer ends inside it") as info:
+        decode_header(first[:-1], 0, path=PATH, end=len(first), validate=True, file_position=7)
+    assert info.value.position == 7
+    with pytest.raises(CorruptRecordError, match="torn") as info:
+        decode_header(first[:-1], 0, path=PATH, validate=True, file_position=7)
+    assert info.value.position == 7
+    assert decode_header(buf, len(first), path=PATH, validate=True).base_offset == 2
+
+
+def test_batch_extents_and_declared_size() -> None:
+    first, second = two_batches()
+    assert rb.declared_size(first) == len(first)
+    assert rb.declared_size(first + second, len(first)) == len(second)
+    assert rb.batch_extents(first + second, path=PATH) == [
+        (len(first), 1, TS),
+        (len(second), 5, TS + 1),
+    ]
+    assert rb.batch_extents(b"", path=PATH) == []
+    with pytest.raises(CorruptRecordError) as info:
+        rb.batch_extents(first + second[:-1], path=PATH)
+    assert info.value.position == len(first)
+
+
+def test_a_first_record_without_timestamp_sets_the_base_timestamp() -> None:
+    """Kafka bases timestamp deltas on the first record even when its timestamp is -1
+    (NO_TIMESTAMP); the compiled builder would skip it, so both paths must agree."""
+    records = [Record(0, NO_TIMESTAMP, None, None), Record(1, 0, None, None)]
+    for encode in ENCODE_RECORDS:
+        batch = encode(records, base_offset=0, last_offset_delta=1)
+        assert decode_header(batch, 0, path=PATH).base_timestamp == NO_TIMESTAMP
+        assert decode_records(batch, path=PATH, position=0) == records

@@ -6,12 +6,24 @@ import os
 import random
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from changelog import files
 from changelog.config import LogConfig
-from changelog.errors import CorruptRecordError, LogClosedError
-from changelog.record_batch import decode_records, encode_batch
+from changelog.errors import (
+    ChangelogError,
+    CorruptRecordError,
+    LogClosedError,
+    UnsupportedFormatError,
+)
+from changelog.record_batch import (
+    Record,
+    decode_header,
+    decode_records,
+    encode_batch,
+    encode_records,
+)
 from changelog.segment import INT32_MAX, LogSegment
 
 CONFIG = LogConfig(index_interval_bytes=100, segment_index_bytes=4096, segment_bytes=1 << 20)
@@ -364,4 +376,179 @@ def test_find_offset_by_timestamp(tmp_path: Path) -> None:
     assert seg.find_offset_by_timestamp(491) is None  # past the last timestamp
     assert seg.find_offset_by_timestamp(401) == 41
     assert seg.find_offset_by_timestamp(399) == 40  # before the first timestamp
+    seg.close()
+
+
+def cleaned_batches(seed: int, count: int) -> list[bytes]:
+    """Batches as the cleaner writes them: offset gaps, uneven sizes, timestamps out of order,
+    some emptied (``records_count`` 0 but the offset range kept)."""
+    rng = random.Random(seed)
+    batches: list[bytes] = []
+    offset = 0
+    for _ in range(count):
+        span = rng.randint(1, 8)
+        kept = sorted(rng.sample(range(offset, offset + span), rng.randint(0, span)))
+        records = [
+            Record(o, 1000 + rng.randrange(500), b"k%d" % o, b"v" * rng.randrange(40)) for o in kept
+        ]
+        batches.append(
+            encode_records(
+                records,
+                base_offset=offset,
+                last_offset_delta=span - 1,
+                max_timestamp_ms=None if records else 900,
+            )
+        )
+        offset += span
+    return batches
+
+
+def batch_table(seg: LogSegment) -> list[tuple[int, int, int, int]]:
+    """``(position, base offset, last offset, max timestamp)`` of every batch, from the file."""
+    data = seg.log_path.read_bytes()
+    table = []
+    position = 0
+    while position < len(data):
+        header = decode_header(data, position, path=seg.log_path, validate=True)
+        table.append((position, header.base_offset, header.last_offset, header.max_timestamp))
+        position += header.size_in_bytes
+    return table
+
+
+def append_run(seg: LogSegment, run: list[bytes]) -> None:
+    """Append ``run`` (one or more batches) with one call, as the cleaner's writer does."""
+    buf = b"".join(run)
+    last = decode_header(run[-1], 0, path=seg.log_path)
+    seg.append(
+        buf,
+        largest_offset=last.last_offset,
+        largest_timestamp_ms=max(decode_header(b, 0, path=seg.log_path).max_timestamp for b in run),
+        offset_of_max_timestamp=last.base_offset,  # ignored: the segment uses the shallow offset
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_multi_batch_append_indexes_batch_by_batch(tmp_path: Path, seed: int) -> None:
+    """Kafka's DumpLogSegments --verify-index-only: every offset index entry names the last
+    offset of the batch starting at its position; every offset can be looked up."""
+    rng = random.Random(seed)
+    batches = cleaned_batches(seed, 120)
+    config = LogConfig(index_interval_bytes=rng.choice([1, 64, 150]), segment_index_bytes=1 << 16)
+    seg = make(tmp_path, 0, config)
+    start = 0
+    while start < len(batches):  # runs of 1..40 batches per write, the first one large
+        stop = len(batches) // 2 if start == 0 else start + rng.randint(1, 40)
+        append_run(seg, batches[start:stop])
+        start = stop
+    table = batch_table(seg)
+    by_position = {position: last for position, _, last, _ in table}
+    assert len(seg.offset_index) >= len(table) // 4
+    for n in range(len(seg.offset_index)):
+        entry = seg.offset_index.entry(n)
+        assert by_position.get(entry.position) == entry.offset, (n, entry)
+    # batch last offset -> (max timestamp so far, last offset of the batch holding it)
+    max_so_far: dict[int, tuple[int, int]] = {}
+    best = (-1, -1)
+    for _, _, last, max_ts in table:
+        if max_ts > best[0]:
+            best = (max_ts, last)
+        max_so_far[last] = best
+    # A time entry is added with each offset entry (when its timestamp grew): the largest
+    # timestamp so far and the last offset of the batch holding it (Kafka's shallow offset).
+    expected = {max_so_far[seg.offset_index.entry(n).offset] for n in range(len(seg.offset_index))}
+    assert len(seg.time_index) > 0
+    for n in range(len(seg.time_index)):
+        assert tuple(seg.time_index.entry(n)) in expected
+    for position, base, last, _ in table:
+        for offset in range(base, last + 1):
+            assert seg.translate_offset(offset) == position
+    assert seg.translate_offset(table[-1][2] + 1) is None
+    assert seg.read_next_offset() == table[-1][2] + 1
+    assert seg.largest_timestamp_ms == max(row[3] for row in table)
+    seg.close()
+
+
+def test_multi_batch_append_equals_single_appends_and_recovery(tmp_path: Path) -> None:
+    """The indexes do not depend on how the batches were grouped into writes, and recover()
+    rebuilds them byte for byte."""
+    batches = cleaned_batches(7, 80)
+    config = LogConfig(index_interval_bytes=100, segment_index_bytes=1 << 16)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one_by_one = make(tmp_path / "a", 0, config)
+    grouped = make(tmp_path / "b", 0, config)
+    for batch in batches:
+        append_run(one_by_one, [batch])
+    for start in range(0, len(batches), 13):
+        append_run(grouped, batches[start : start + 13])
+    for seg in (one_by_one, grouped):
+        seg.on_become_inactive()
+    files_a = [one_by_one.offset_index.path.read_bytes(), one_by_one.time_index.path.read_bytes()]
+    files_b = [grouped.offset_index.path.read_bytes(), grouped.time_index.path.read_bytes()]
+    assert files_a == files_b
+    assert len(files_a[0]) > 8 * 10
+    assert grouped.recover() == 0
+    assert [grouped.offset_index.path.read_bytes(), grouped.time_index.path.read_bytes()] == files_b
+    one_by_one.close()
+    grouped.close()
+
+
+def test_multi_batch_append_refuses_a_bad_buffer(tmp_path: Path) -> None:
+    seg = make(tmp_path, 0)
+    batches = cleaned_batches(3, 3)
+    last = decode_header(batches[-1], 0, path=seg.log_path).last_offset
+    for bad, largest in [
+        (b"".join(batches)[:-1], last),  # torn: the last batch is cut short
+        (b"".join(batches) + b"\0" * 5, last),  # trailing bytes
+        (b"".join(batches), last + 1),  # largest_offset disagrees with the batches
+    ]:
+        with pytest.raises(ChangelogError, match="cannot append"):
+            seg.append(bad, largest_offset=largest, largest_timestamp_ms=0)
+        assert seg.size_bytes == 0
+        assert seg.log_path.stat().st_size == 0
+    seg.close()
+
+
+ATTRIBUTES = 21  # the attributes' position in a batch; compression is bits 0-2
+
+
+def flip_compression_bit(seg: LogSegment, position: int, *, restamp: bool) -> None:
+    """Set compression codec 1 in the batch at ``position``; ``restamp``: fix its CRC (a really
+    compressed batch) or not (a flipped bit)."""
+    data = bytearray(seg.log_path.read_bytes())
+    size = decode_header(data, position, path=seg.log_path).size_in_bytes
+    data[position + ATTRIBUTES + 1] |= 0x01
+    if restamp:
+        crc = crc32c.crc32c(bytes(data[position + ATTRIBUTES : position + size]))
+        data[position + 17 : position + 21] = crc.to_bytes(4, "big")
+    seg.log_path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("restamp", [False, True], ids=["flipped-bit", "really-compressed"])
+def test_compression_bits_are_believed_only_after_the_crc(tmp_path: Path, restamp: bool) -> None:
+    """A flipped compression bit is corruption (CorruptRecordError), a compressed batch with a
+    valid CRC is unsupported; both name the file and the batch's position, on every read path."""
+    seg = make(tmp_path, 0, LogConfig(index_interval_bytes=4096))  # no index entry: scans from 0
+    first = append(seg, 0, [b"a" * 20])
+    append(seg, 1, [b"b" * 20])
+    append(seg, 2, [b"c" * 20])
+    flip_compression_bit(seg, len(first), restamp=restamp)
+    expected = UnsupportedFormatError if restamp else CorruptRecordError
+    for read in (
+        lambda: list(seg.batches()),
+        lambda: list(seg.headers()),
+        lambda: seg.translate_offset(2),
+        seg.read_next_offset,
+    ):
+        with pytest.raises(expected) as info:
+            read()
+        assert type(info.value) is expected
+        assert info.value.path == seg.log_path
+        assert info.value.position == len(first)
+    if restamp:
+        with pytest.raises(UnsupportedFormatError):
+            seg.recover()
+    else:
+        assert seg.recover() > 0  # corruption: cut there
+        assert seg.size_bytes == len(first)
     seg.close()

@@ -1,0 +1,233 @@
+"""Same-run baselines: raw ``rocksdict`` and quixstreams' RocksDB state partition.
+
+Raw rocksdict is the floor any RocksDB-backed store pays: WriteBatch of 1,000 with the WAL
+off (statestore's changelog is its WAL, so this is the engine it can at best match),
+values packed with a reused ``msgpack.Packer``, reads as ``get`` + ``msgpack.unpackb``,
+and restore as a plain WriteBatch load of the very pairs the changelog holds, in the
+changelog's (random) key order.  Nothing here fsyncs.
+
+quixstreams' ``RocksDBStorePartition`` is used without Kafka the way its own tests build
+it (``RocksDBStorePartition(path, options=RocksDBOptions(open_max_retries=0, ...))``, one
+transaction per 1,000 records, ``tx.set``/``tx.get`` with a prefix, ``prepare()`` +
+``flush()``).  Its values are msgpack (``dumps``/``loads`` set to msgpack, as a quix user
+would) so serialization costs match.  Recovery is the partition's own
+``recover_from_changelog_message`` per record, the call quix's ``RecoveryPartition`` makes
+for each consumed changelog message; consuming from Kafka is left out, which flatters quix.
+Its changelog producer is ``None``: quix's put here logs nothing.
+
+Every function takes a fresh directory (or an open database) and returns the
+:class:`~benchmarks._harness.Timing` (wall and process CPU seconds) of the measured part;
+opening and closing the database is not measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import rocksdict
+
+from benchmarks._harness import Stopwatch, Timing
+
+__all__ = [
+    "engine_options",
+    "quix_available",
+    "quix_get",
+    "quix_open",
+    "quix_put",
+    "quix_recovery",
+    "raw_get",
+    "raw_open",
+    "raw_put",
+    "raw_range",
+    "raw_restore",
+]
+
+_QUIX_PREFIX = b"bench"
+
+
+# --------------------------------------------------------------------------- raw rocksdict
+
+
+def engine_options() -> Any | None:
+    """statestore's own RocksDB options (Kafka Streams' memtables, bloom filters, a 64 MiB
+    block cache), for the "same options" variant of the raw baseline; ``None`` if the
+    engine module does not offer them."""
+    try:
+        from statestore.config import RocksDBConfig  # noqa: PLC0415
+        from statestore.engine import _options, new_block_cache  # noqa: PLC0415
+    except ImportError:
+        return None
+    return _options(RocksDBConfig(), new_block_cache(64 * 1024 * 1024))
+
+
+def raw_open(path: Path, options: Any | None = None) -> rocksdict.Rdict:
+    """rocksdict's defaults in raw mode, or ``options`` (see :func:`engine_options`)."""
+    if options is None:
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+    return rocksdict.Rdict(str(path), options)
+
+
+def _no_wal() -> rocksdict.WriteOptions:
+    wo = rocksdict.WriteOptions()
+    # rocksdict's stub declares a method; at runtime it is a property.
+    wo.disable_wal = True  # type: ignore[method-assign, assignment]
+    return wo
+
+
+def raw_put(
+    path: Path,
+    keys: Sequence[bytes],
+    values: Sequence[Any],
+    *,
+    commit_every: int = 1000,
+    options: Any | None = None,
+) -> Timing:
+    """Pack and write ``keys``/``values`` in WriteBatches of ``commit_every``, WAL off."""
+    db = raw_open(path, options)
+    wo = _no_wal()
+    pack = msgpack.Packer().pack
+    n = len(keys)
+    try:
+        sw = Stopwatch().start()
+        for start in range(0, n, commit_every):
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            for i in range(start, min(start + commit_every, n)):
+                wb.put(keys[i], pack(values[i]))
+            db.write(wb, wo)
+        return sw.stop()
+    finally:
+        db.close()
+
+
+def raw_restore(
+    path: Path,
+    pairs: Sequence[tuple[bytes, bytes]],
+    *,
+    batch_records: int = 1000,
+    flush: bool = False,
+    options: Any | None = None,
+) -> Timing:
+    """Load already-encoded pairs with WriteBatches of ``batch_records``, WAL off.
+
+    ``flush=True`` also flushes the memtables to SST files inside the timing (what a
+    restore with the WAL off must do before it may call the state durable).
+    """
+    db = raw_open(path, options)
+    wo = _no_wal()
+    n = len(pairs)
+    try:
+        sw = Stopwatch().start()
+        for start in range(0, n, batch_records):
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            for k, v in pairs[start : start + batch_records]:
+                wb.put(k, v)
+            db.write(wb, wo)
+        if flush:
+            db.flush(True)
+        return sw.stop()
+    finally:
+        db.close()
+
+
+def raw_get(db: rocksdict.Rdict, keys: Sequence[bytes]) -> Timing:
+    """Point reads in the given (random) order, each value unpacked."""
+    get = db.get
+    unpack = msgpack.unpackb
+    sw = Stopwatch().start()
+    for k in keys:
+        v = get(k)
+        if v is None:
+            raise KeyError(k)
+        unpack(v)
+    return sw.stop()
+
+
+def raw_range(db: rocksdict.Rdict, bounds: Sequence[tuple[bytes, bytes]]) -> Timing:
+    """For each ``[lo, hi)``, iterate the items (upper bound in ReadOptions), values unpacked."""
+    unpack = msgpack.unpackb
+    sw = Stopwatch().start()
+    for lo, hi in bounds:
+        ro = rocksdict.ReadOptions()
+        ro.set_iterate_upper_bound(hi)
+        for _k, v in db.items(from_key=lo, read_opt=ro):
+            unpack(v)
+    return sw.stop()
+
+
+# --------------------------------------------------------------------------- quixstreams
+
+
+def quix_available() -> bool:
+    try:
+        import quixstreams.state.rocksdb  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
+def quix_open(path: Path) -> Any:
+    """A quixstreams RocksDB state partition, built the way quixstreams' own tests build it."""
+    from quixstreams.state.rocksdb.options import RocksDBOptions  # noqa: PLC0415
+    from quixstreams.state.rocksdb.partition import RocksDBStorePartition  # noqa: PLC0415
+
+    options = RocksDBOptions(
+        open_max_retries=0,
+        open_retry_backoff=3.0,
+        dumps=msgpack.packb,
+        loads=msgpack.unpackb,
+    )
+    return RocksDBStorePartition(str(path), options=options)
+
+
+def quix_put(
+    path: Path,
+    keys: Sequence[bytes],
+    values: Sequence[Any],
+    *,
+    commit_every: int = 1000,
+) -> Timing:
+    """One transaction per ``commit_every`` records: ``tx.set`` each, ``prepare`` + ``flush``."""
+    part = quix_open(path)
+    n = len(keys)
+    try:
+        sw = Stopwatch().start()
+        for start in range(0, n, commit_every):
+            tx = part.begin()
+            for i in range(start, min(start + commit_every, n)):
+                tx.set(keys[i], values[i], prefix=_QUIX_PREFIX)
+            tx.prepare()
+            tx.flush()
+        return sw.stop()
+    finally:
+        part.close()
+
+
+def quix_get(part: Any, keys: Sequence[bytes], *, per_tx: int = 1000) -> Timing:
+    """Point reads through a transaction (one per ``per_tx`` reads), values unpacked."""
+    n = len(keys)
+    sw = Stopwatch().start()
+    for start in range(0, n, per_tx):
+        tx = part.begin()
+        for i in range(start, min(start + per_tx, n)):
+            if tx.get(keys[i], prefix=_QUIX_PREFIX) is None:
+                raise KeyError(keys[i])
+    return sw.stop()
+
+
+def quix_recovery(path: Path, pairs: Sequence[tuple[bytes, bytes]]) -> Timing:
+    """Replay already-encoded pairs through ``recover_from_changelog_message``, one per record."""
+    part = quix_open(path)
+    try:
+        recover = part.recover_from_changelog_message
+        prefix = _QUIX_PREFIX + b"|"
+        sw = Stopwatch().start()
+        for offset, (k, v) in enumerate(pairs):
+            recover(key=prefix + k, value=v, cf_name="default", offset=offset)
+        part.complete_recovery()
+        return sw.stop()
+    finally:
+        part.close()

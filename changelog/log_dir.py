@@ -1,0 +1,93 @@
+"""A partition directory: its name (``<topic>-<partition>``), taking it over and handing it back.
+
+Opening runs, in order: parse the name; create the directory if it is missing
+(and fsync its parent, so the new entry survives a crash); take the directory
+lock (:mod:`changelog.lock`); run the loader's recovery passes
+(:mod:`changelog.loader`).  If anything after the lock fails, the lock is
+released again.  Closing writes what the next open trusts: steps C3-C5 of
+``Log.close`` (the clean-shutdown marker last, so a crash before it makes the
+next open recover).
+
+Thread-safety: pure functions; :func:`open_partition_dir` must not run twice
+at once for one directory (the lock makes the second one fail).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+from changelog import files
+from changelog.config import LogConfig
+from changelog.errors import InvalidConfigError, LogStorageError
+from changelog.loader import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    LoadedLog,
+    load_log,
+    write_offset_checkpoint,
+)
+from changelog.lock import DirectoryLock
+from changelog.log_segments import LogSegments
+
+__all__ = ["close_partition_dir", "open_partition_dir", "parse_topic_partition"]
+
+_TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
+_PARTITION: Final = re.compile(r"[0-9]{1,10}")
+_INT32_MAX: Final = 2**31 - 1
+
+
+def parse_topic_partition(directory: Path) -> tuple[str, int]:
+    """``("orders", 3)`` for a directory named ``orders-3``; a typed error otherwise.
+
+    The topic must be a legal Kafka topic name (1-249 of ``[a-zA-Z0-9._-]``)
+    and the partition a non-negative int32.
+    """
+    topic, sep, number = directory.name.rpartition("-")
+    if (
+        not sep
+        or not _TOPIC.fullmatch(topic)
+        or not _PARTITION.fullmatch(number)
+        or int(number) > _INT32_MAX
+    ):
+        raise InvalidConfigError(
+            "directory", str(directory), "a partition directory must be named <topic>-<partition>"
+        )
+    return topic, int(number)
+
+
+def open_partition_dir(
+    directory: Path, *, config: LogConfig, now_ms: int
+) -> tuple[str, int, DirectoryLock, LoadedLog]:
+    """Topic, partition, the held directory lock and the loaded segments of ``directory``.
+
+    Raises :class:`~changelog.errors.LogLockedError` if another owner holds it.
+    """
+    topic, partition = parse_topic_partition(directory)
+    if not directory.exists():
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LogStorageError(directory, "mkdir", exc) from exc
+        files.fsync_dir(directory.parent, "open.fsync_parent")
+    dir_lock = DirectoryLock(directory)
+    dir_lock.acquire()
+    try:
+        loaded = load_log(directory, config=config, topic=topic, partition=partition, now_ms=now_ms)
+    except BaseException:
+        dir_lock.release()
+        raise
+    return topic, partition, dir_lock, loaded
+
+
+def close_partition_dir(
+    directory: Path, *, topic: str, partition: int, log_start_offset: int, segments: LogSegments
+) -> None:
+    """Steps C3-C5 of ``Log.close``: the log-start-offset checkpoint, the pending ``.deleted``
+    files, the clean-shutdown marker (the caller then closes the segments and the lock)."""
+    write_offset_checkpoint(
+        directory / LOG_START_OFFSET_CHECKPOINT, topic, partition, log_start_offset
+    )  # C3
+    segments.delete_expired(everything=True)  # C4
+    files.atomic_write(directory / CLEAN_SHUTDOWN_FILE, b"", "close.marker")  # C5

@@ -1,0 +1,83 @@
+"""Reading a log without holding its lock: a snapshot of segment readers, then batches and records.
+
+``Log.read_batches`` and ``Log.read`` take ``Log.lock`` only for
+:func:`open_snapshot`, which picks the segments from the one holding the start
+offset and pins each one's descriptor (:meth:`LogSegment.open_reader`).  The
+iteration then runs without the lock over a fixed prefix of each segment,
+unaffected by later appends, swaps or deletions; the descriptors stay pinned
+until the iterator is exhausted or closed.
+
+Thread-safety: :func:`open_snapshot` runs under ``Log.lock``; the iterators
+are owned by the thread that iterates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from changelog.log_segments import LogSegments
+from changelog.record_batch import BatchHeader, Record, decode_records
+from changelog.segment import SegmentReader
+
+__all__ = ["located_batches", "open_snapshot", "records_in_range"]
+
+LocatedBatch = tuple[Path, int, BatchHeader, bytes]
+"""``(file, position, header, batch bytes)``: a batch and where it was read (for error messages)."""
+
+
+def open_snapshot(segments: LogSegments, start_offset: int) -> tuple[list[SegmentReader], int]:
+    """Readers over ``segments`` from the one holding ``start_offset``, and where to start in it.
+
+    Call under ``Log.lock`` with ``start_offset`` already checked against the log's range.
+    """
+    chosen = segments.items[segments.floor(start_offset) :]
+    start_position = chosen[0].translate_offset(start_offset)
+    if start_position is None:  # past the first segment's data: start at the next
+        chosen = chosen[1:]
+        start_position = 0
+    readers: list[SegmentReader] = []
+    try:
+        for segment in chosen:
+            readers.append(segment.open_reader())
+    except BaseException:
+        for reader in readers:
+            reader.close()
+        raise
+    return readers, start_position
+
+
+def located_batches(
+    readers: Sequence[SegmentReader], start_position: int, start_offset: int, max_offset: int | None
+) -> Iterator[LocatedBatch]:
+    """Every CRC-checked batch holding offsets ``>= start_offset``, stopping before the first
+    whose base offset is ``>= max_offset``; closes ``readers`` when done."""
+    try:
+        for index, reader in enumerate(readers):
+            for position, header, data in reader.batches(start_position if index == 0 else 0):
+                if max_offset is not None and header.base_offset >= max_offset:
+                    return
+                if header.last_offset >= start_offset:
+                    yield reader.path, position, header, data
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+def records_in_range(
+    batches: Iterator[LocatedBatch], start_offset: int, max_offset: int | None
+) -> Iterator[Record]:
+    """The records of ``batches`` with offsets in ``[start_offset, max_offset)``; control
+    batches are skipped.  Whole batches inside the range are not filtered record by record."""
+    for path, position, header, data in batches:
+        if header.is_control:
+            continue
+        records = decode_records(data, path=path, position=position, validate=False)
+        if header.base_offset >= start_offset and (
+            max_offset is None or header.last_offset < max_offset
+        ):
+            yield from records
+            continue
+        for record in records:
+            if record.offset >= start_offset and (max_offset is None or record.offset < max_offset):
+                yield record

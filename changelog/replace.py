@@ -1,0 +1,93 @@
+"""Swapping cleaned segments in for old ones: Kafka's ``LocalLog.replaceSegments``, steps S0-S6.
+
+The cleaner writes the new segments with the file suffix ``.cleaned`` and then
+calls ``Log.replace_segments``, which holds ``Log.lock`` and runs
+:func:`replace_segments`.  Each step, and the loader pass that finishes or
+undoes it after a crash (:mod:`changelog.loader`, ``docs/recovery.md``):
+
+====  ===================================================================  ==================
+step  what it does                                                         after a crash
+====  ===================================================================  ==================
+S0    every old segment is still in the log and none is the active one;    (nothing changed)
+      otherwise delete the new segments and raise ``CleanerAbortedError``
+S1    flush the new segments                                               L3: old segments
+S2    rename the new segments ``.cleaned`` -> ``.swap``, highest base      L3: old segments
+      offset first (each rename is followed by an fsync of the directory)
+S3    swap the new segments into the segment list (memory only)            L4, L5: new ones
+S4    rename the old segments' files to ``.deleted`` (removed as in D2)    L2, L4, L5: new
+S5    rename the new segments ``.swap`` -> ordinary names                  L2, L4, L5: new
+S6    fsync the directory                                                  new segments
+====  ===================================================================  ==================
+
+Renaming highest first in S2 is what makes L3 correct: while S2 runs, every
+``.swap`` file has a higher base offset than every remaining ``.cleaned``
+file, so "a ``.swap`` at or above the lowest ``.cleaned``" identifies exactly
+an unfinished S2.  Once S2 is done, L4 deletes the ordinary files that the
+``.swap`` files cover and L5 renames the ``.swap`` files: the new segments win.
+
+Thread-safety: the caller holds ``Log.lock`` for the whole call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from changelog import files
+from changelog.errors import CleanerAbortedError
+from changelog.segment import LogSegment
+
+__all__ = ["replace_segments"]
+
+logger = logging.getLogger(__name__)
+
+
+def replace_segments(
+    existing: Sequence[LogSegment],
+    new_segments: Sequence[LogSegment],
+    old_segments: Sequence[LogSegment],
+    *,
+    directory: Path,
+    install: Callable[[list[LogSegment]], None],
+    schedule_delete: Callable[[LogSegment], None],
+    log_prefix: str,
+) -> None:
+    """Replace ``old_segments`` of ``existing`` (the log's segments, active last) by ``new_segments``.
+
+    Steps S0-S6 (module docstring).  ``install`` receives the new segment
+    list at S3; ``schedule_delete`` renames one segment's files to
+    ``.deleted`` and queues them for removal (S4).  Raises
+    :class:`~changelog.errors.CleanerAbortedError`, having deleted
+    ``new_segments``, if S0 fails.
+    """
+    new = sorted(new_segments, key=lambda segment: segment.base_offset)
+    old = sorted(old_segments, key=lambda segment: segment.base_offset)
+    current = {id(segment) for segment in existing[:-1]}
+    if not new or any(id(segment) not in current for segment in old):  # S0
+        for segment in new:
+            segment.delete()
+        raise CleanerAbortedError(
+            f"{log_prefix}the segments to replace are no longer in the log (or one "
+            "is the active segment); the cleaned segments were deleted"
+        )
+    for segment in new:  # S1
+        segment.flush()
+    for segment in reversed(new):  # S2
+        segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
+    old_ids = {id(segment) for segment in old}  # S3
+    merged = [segment for segment in existing if id(segment) not in old_ids]
+    merged.extend(new)
+    merged.sort(key=lambda segment: segment.base_offset)
+    install(merged)
+    for segment in old:  # S4
+        schedule_delete(segment)
+    for segment in new:  # S5
+        segment.change_file_suffixes(files.SWAP_SUFFIX, "")
+    files.fsync_dir(directory, "replace.fsync_dir")  # S6
+    logger.info(
+        "%sreplaced segment(s) %s with %s",
+        log_prefix,
+        [segment.base_offset for segment in old],
+        [segment.base_offset for segment in new],
+    )

@@ -1,0 +1,240 @@
+"""User profiles kept in a statestore store: create, read, update, delete, list.
+
+A profile is an attrs class (:class:`Profile`) stored under its user id; the
+store is declared with ``value_type=Profile`` so it hands back instances.
+Every mutating call is one store transaction: it commits before it returns,
+so a profile change the service has acknowledged survives ``kill -9``.
+Deleting a profile writes a tombstone to the changelog.
+
+Thread-safety: :class:`ProfileService` is thread-safe; ``_lock`` serializes
+every call (a store is used by one thread at a time, and a request's read,
+write and commit must not interleave with another's).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Final, Protocol
+
+import attrs
+
+from statestore import SerializationError
+
+__all__ = [
+    "STORE_NAME",
+    "AlreadyExistsError",
+    "BadRequestError",
+    "NotFoundError",
+    "Profile",
+    "ProfileError",
+    "ProfileService",
+    "ProfileStore",
+]
+
+STORE_NAME: Final = "user-profiles"
+MAX_FIELDS: Final = 64
+_USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+class ProfileError(Exception):
+    """Base class of the service's errors (each maps to one HTTP status)."""
+
+    status = 500
+
+
+class BadRequestError(ProfileError):
+    """The request is malformed (bad user id, field name or value)."""
+
+    status = 400
+
+
+class NotFoundError(ProfileError):
+    """No profile has this user id."""
+
+    status = 404
+
+
+class AlreadyExistsError(ProfileError):
+    """``create`` of a user id that already has a profile."""
+
+    status = 409
+
+
+@attrs.frozen(kw_only=True)
+class Profile:
+    """One user's profile: free-form fields plus bookkeeping.
+
+    ``version`` counts the writes to this profile (1 on create);
+    ``created_ms``/``updated_ms`` are wall-clock milliseconds.
+    """
+
+    user_id: str
+    fields: dict[str, Any] = attrs.field(factory=dict)
+    version: int = 1
+    created_ms: int = 0
+    updated_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The profile as the API returns it."""
+        return {
+            "id": self.user_id,
+            "fields": self.fields,
+            "version": self.version,
+            "created_ms": self.created_ms,
+            "updated_ms": self.updated_ms,
+        }
+
+
+class ProfileStore(Protocol):
+    """What the service needs of a store (a :class:`statestore.KeyValueStore` has it)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The profile under ``key``, or ``default``."""
+
+    def put(self, key: str, value: Any) -> None:
+        """Write a profile (buffered until the transaction commits)."""
+
+    def delete(self, key: str) -> Any:
+        """Delete ``key`` (a tombstone in the changelog)."""
+
+    def range(self, lo: str | None, hi: str | None) -> Iterator[tuple[str, Any]]:
+        """``(key, value)`` pairs with ``lo <= key < hi``, in key order."""
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """Commit on success, discard on an exception."""
+
+
+def check_user_id(user_id: object) -> str:
+    """``user_id`` if it is a valid id (1-128 of ``A-Z a-z 0-9 . _ @ -``), else BadRequestError."""
+    if not isinstance(user_id, str) or not _USER_ID.match(user_id):
+        raise BadRequestError(
+            f"invalid user id {user_id!r:.60}: use 1-128 letters, digits, '.', '_', '@' or '-', "
+            "starting with a letter or digit"
+        )
+    return user_id
+
+
+def _check_fields(fields: object, *, allow_null: bool) -> dict[str, Any]:
+    if not isinstance(fields, Mapping):
+        raise BadRequestError("profile fields must be a JSON object")
+    if len(fields) > MAX_FIELDS:
+        raise BadRequestError(f"at most {MAX_FIELDS} fields per profile, got {len(fields)}")
+    for name, value in fields.items():
+        if not isinstance(name, str) or not _FIELD_NAME.match(name):
+            raise BadRequestError(
+                f"invalid field name {name!r:.60}: use up to 64 letters, digits, '_', '.', '-'"
+            )
+        if value is None and not allow_null:
+            raise BadRequestError(f"field {name!r} is null (use PATCH with null to remove a field)")
+    return dict(fields)
+
+
+class ProfileService:
+    """Profiles by user id over one store; each mutating call commits before it returns."""
+
+    def __init__(self, store: ProfileStore, *, clock_ms: Callable[[], int] | None = None) -> None:
+        """Serve profiles from ``store`` (declared with ``value_type=Profile``)."""
+        self._store = store
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._lock = threading.Lock()
+
+    def _write(self, mutation: Callable[[], object]) -> None:
+        """Run ``mutation`` in a store transaction: committed (durable) when this returns."""
+        try:
+            with self._store.transaction():
+                mutation()
+        except SerializationError as exc:
+            raise BadRequestError(f"cannot store this profile: {exc.reason}") from exc
+
+    def get(self, user_id: str) -> Profile:
+        """The profile of ``user_id``, or NotFoundError."""
+        check_user_id(user_id)
+        with self._lock:
+            profile = self._store.get(user_id)
+        if profile is None:
+            raise NotFoundError(f"no profile for user {user_id!r}")
+        assert isinstance(profile, Profile)
+        return profile
+
+    def create(self, user_id: str, fields: object) -> Profile:
+        """Create a profile; AlreadyExistsError if there is one."""
+        check_user_id(user_id)
+        checked = _check_fields(fields, allow_null=False)
+        with self._lock:
+            if self._store.get(user_id) is not None:
+                raise AlreadyExistsError(f"user {user_id!r} already has a profile")
+            now = self._clock_ms()
+            profile = Profile(user_id=user_id, fields=checked, created_ms=now, updated_ms=now)
+            self._write(lambda: self._store.put(user_id, profile))
+        return profile
+
+    def replace(self, user_id: str, fields: object) -> tuple[Profile, bool]:
+        """Create or replace every field; returns the profile and whether it was created."""
+        check_user_id(user_id)
+        checked = _check_fields(fields, allow_null=False)
+        with self._lock:
+            old: Profile | None = self._store.get(user_id)
+            now = self._clock_ms()
+            if old is None:
+                profile = Profile(user_id=user_id, fields=checked, created_ms=now, updated_ms=now)
+            else:
+                profile = attrs.evolve(old, fields=checked, version=old.version + 1, updated_ms=now)
+            self._write(lambda: self._store.put(user_id, profile))
+        return profile, old is None
+
+    def update(self, user_id: str, changes: object) -> Profile:
+        """Merge ``changes`` into the fields (``None`` removes a field); NotFoundError if absent."""
+        check_user_id(user_id)
+        checked = _check_fields(changes, allow_null=True)
+        with self._lock:
+            old: Profile | None = self._store.get(user_id)
+            if old is None:
+                raise NotFoundError(f"no profile for user {user_id!r}")
+            fields = dict(old.fields)
+            for name, value in checked.items():
+                if value is None:
+                    fields.pop(name, None)
+                else:
+                    fields[name] = value
+            if len(fields) > MAX_FIELDS:
+                raise BadRequestError(f"at most {MAX_FIELDS} fields per profile")
+            profile = attrs.evolve(
+                old, fields=fields, version=old.version + 1, updated_ms=self._clock_ms()
+            )
+            self._write(lambda: self._store.put(user_id, profile))
+        return profile
+
+    def delete(self, user_id: str) -> None:
+        """Delete a profile (a tombstone in the changelog); NotFoundError if absent."""
+        check_user_id(user_id)
+        with self._lock:
+            if self._store.get(user_id) is None:
+                raise NotFoundError(f"no profile for user {user_id!r}")
+            self._write(lambda: self._store.delete(user_id))
+
+    def list(
+        self, *, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[Profile]:
+        """Up to ``limit`` profiles whose id starts with ``prefix``, in id order, after ``after``.
+
+        A range scan from the first id that can follow ``after`` (``after``
+        plus NUL, the next string in UTF-8 byte order), so a page costs what
+        it returns, however deep into the listing it is.
+        """
+        if limit < 1:
+            raise BadRequestError(f"limit must be at least 1, got {limit}")
+        start = prefix
+        if after is not None and after + "\x00" > start:
+            start = after + "\x00"
+        found: list[Profile] = []
+        with self._lock:
+            for key, profile in self._store.range(start, None):
+                if not key.startswith(prefix) or len(found) >= limit:
+                    break
+                found.append(profile)
+        return found

@@ -1,0 +1,227 @@
+"""Argument parsing, dispatch and error handling of the ``statestore`` command.
+
+Exit statuses: 0 success; 1 a failure (corruption found by ``verify``, a
+locked state directory, a missing key for ``get``, an I/O error); 2 a usage
+error (bad arguments, a path that does not exist or is not what the command
+needs); 130 interrupted.  User mistakes print one ``statestore: error: ...``
+line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from statestore.cli.errors import UsageError
+from statestore.cli.output import VALUE_FORMATS
+
+__all__ = ["build_parser", "main"]
+
+PROG = "statestore"
+
+Command = Callable[[argparse.Namespace, TextIO], int]
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _add_formats(parser: argparse.ArgumentParser, *, key_default: str = "str") -> None:
+    parser.add_argument(
+        "--key-format",
+        choices=VALUE_FORMATS,
+        default=key_default,
+        help=f"how keys are stored/shown (default: {key_default}, the store's default key serde)",
+    )
+    parser.add_argument(
+        "--value-format",
+        choices=VALUE_FORMATS,
+        default="auto",
+        help="how values are shown (default: auto = msgpack, else UTF-8 text, else hex)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    from statestore.cli import read_commands, store_commands  # noqa: PLC0415 - light --help
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Inspect, check and repair statestore state directories "
+            "(RocksDB stores backed by Kafka-format changelog partitions)."
+        ),
+        epilog="Run 'statestore COMMAND --help' for a command's options. See docs/cli.md.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    inspect = sub.add_parser(
+        "inspect",
+        help="stores, partitions, offsets, segments, sizes, dirty ratio, live keys (read-only)",
+        description="Show what a state directory holds. Reads files only: safe next to a running service.",
+    )
+    inspect.add_argument("state_dir", type=Path, metavar="STATE_DIR")
+    inspect.add_argument("--store", help="only this store")
+    inspect.add_argument(
+        "--no-keys", action="store_true", help="skip counting live keys (no pass over the records)"
+    )
+    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.set_defaults(func=read_commands.cmd_inspect)
+
+    dump = sub.add_parser(
+        "dump",
+        help="print batches and records of segment files, like kafka-dump-log (read-only)",
+        description=(
+            "Print the batches (and with --deep-iteration/--print-data the records) of .log files, "
+            "and the entries of .index/.timeindex files, in the format of Kafka's kafka-dump-log.sh. "
+            "PATH is a partition directory or a single segment file."
+        ),
+    )
+    dump.add_argument("paths", type=Path, nargs="+", metavar="PATH")
+    dump.add_argument("--print-data", action="store_true", help="print keys and payloads")
+    dump.add_argument("--deep-iteration", action="store_true", help="print every record")
+    _add_formats(dump)
+    dump.add_argument("--json", action="store_true", help="machine-readable output")
+    dump.set_defaults(func=read_commands.cmd_dump)
+
+    verify = sub.add_parser(
+        "verify",
+        help="check the CRC of every batch, indexes and checkpoints; exit 1 on corruption",
+        description=(
+            "Check every batch (framing, CRC-32C, offsets), every index and checkpoint file. "
+            "Errors (data that is not what was written) exit 1; warnings (a torn tail, a stale "
+            "active index: repaired at the next open, nothing acknowledged lost) do not, "
+            "unless --strict. Read-only."
+        ),
+    )
+    verify.add_argument(
+        "paths", type=Path, nargs="+", metavar="PATH", help="state or partition directories"
+    )
+    verify.add_argument("--strict", action="store_true", help="warnings fail too")
+    verify.add_argument("--json", action="store_true", help="machine-readable output")
+    verify.set_defaults(func=read_commands.cmd_verify)
+
+    compact = sub.add_parser(
+        "compact",
+        help="force a cleaning pass over the changelogs and print its stats",
+        description=(
+            "Run the log cleaner now over every changelog partition of a state directory (or one "
+            "partition directory), whatever the dirty ratio. Takes the state directory's lock: "
+            "stop the service first. The active segment is never cleaned; --roll closes it first. "
+            "Uses the default topic settings unless overridden."
+        ),
+    )
+    compact.add_argument("path", type=Path, metavar="STATE_DIR|PARTITION_DIR")
+    compact.add_argument("--store", help="only this store")
+    compact.add_argument(
+        "--roll", action="store_true", help="roll the active segment first so all of it is cleaned"
+    )
+    compact.add_argument(
+        "--delete-retention-ms",
+        type=_non_negative,
+        help="delete.retention.ms for this pass (default 86400000)",
+    )
+    compact.add_argument(
+        "--min-compaction-lag-ms",
+        type=_non_negative,
+        help="min.compaction.lag.ms for this pass (default 0)",
+    )
+    compact.add_argument("--json", action="store_true", help="machine-readable output")
+    compact.set_defaults(func=store_commands.cmd_compact)
+
+    restore = sub.add_parser(
+        "restore",
+        help="rebuild the RocksDB side of stores from their changelogs",
+        description=(
+            "Delete each store's RocksDB and replay its changelog from the log start offset "
+            "(a full restore). Takes the state directory's lock: stop the service first."
+        ),
+    )
+    restore.add_argument("state_dir", type=Path, metavar="STATE_DIR")
+    restore.add_argument("--store", help="only this store")
+    restore.add_argument("--json", action="store_true", help="machine-readable output")
+    restore.set_defaults(func=store_commands.cmd_restore)
+
+    get = sub.add_parser(
+        "get",
+        help="print one key's value (offline: takes the state directory's lock)",
+        description="Print the value stored under KEY (exit 1 if there is none).",
+    )
+    get.add_argument("state_dir", type=Path, metavar="STATE_DIR")
+    get.add_argument("store", metavar="STORE")
+    get.add_argument("key", metavar="KEY")
+    _add_formats(get)
+    get.add_argument("--json", action="store_true", help="machine-readable output")
+    get.set_defaults(func=store_commands.cmd_get)
+
+    scan = sub.add_parser(
+        "scan",
+        help="print entries in key order (offline: takes the state directory's lock)",
+        description=(
+            "Print a store's entries in serialized-key order: all, those with a key prefix, or "
+            "a half-open range [--from, --to)."
+        ),
+    )
+    scan.add_argument("state_dir", type=Path, metavar="STATE_DIR")
+    scan.add_argument("store", metavar="STORE")
+    scan.add_argument("--prefix", help="keys starting with this")
+    scan.add_argument("--from", dest="start", metavar="KEY", help="first key (inclusive)")
+    scan.add_argument("--to", dest="end", metavar="KEY", help="last key (exclusive)")
+    scan.add_argument("--reverse", action="store_true", help="descending key order")
+    scan.add_argument("--limit", type=_non_negative, help="at most this many entries")
+    scan.add_argument("--keys-only", action="store_true", help="print keys only")
+    _add_formats(scan)
+    scan.add_argument("--json", action="store_true", help="machine-readable output")
+    scan.set_defaults(func=store_commands.cmd_scan)
+    return parser
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    """Run the command line; returns the exit status (see the module docstring)."""
+    from changelog.errors import ChangelogError, LogLockedError  # noqa: PLC0415
+    from statestore.errors import StateDirLockedError, StateStoreError  # noqa: PLC0415
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    stream = out if out is not None else sys.stdout
+    func: Command = args.func
+    try:
+        return func(args, stream)
+    except UsageError as exc:
+        return _fail(str(exc), 2)
+    except (LogLockedError, StateDirLockedError) as exc:
+        holder = f" by {exc.holder}" if exc.holder else ""
+        return _fail(
+            f"{exc.path.parent} is locked{holder}: a service owns it; stop it first "
+            "(inspect, dump and verify work while it runs)",
+            1,
+        )
+    except (ChangelogError, StateStoreError) as exc:
+        return _fail(str(exc), 1)
+    except PermissionError as exc:
+        return _fail(f"{exc.filename}: permission denied", 1)
+    except BrokenPipeError:
+        # The reader went away (statestore dump ... | head): not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except OSError as exc:
+        return _fail(f"{exc.filename or ''}: {exc.strerror or exc}", 1)

@@ -1,0 +1,129 @@
+"""Configuration of stores (:class:`StoreConfig`), their RocksDB (:class:`RocksDBConfig`)
+and the state manager (:class:`StateManagerConfig`).
+
+All are frozen, keyword-only attrs classes with the unit in every name.
+Nonsense is rejected at construction with
+:class:`~statestore.errors.InvalidStoreConfigError`.  The changelog's own
+settings are :class:`changelog.LogConfig` and :class:`changelog.CleanerConfig`;
+docs/configuration.md lists every setting with its Kafka equivalent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import attrs
+
+from changelog.config import CleanerConfig
+from statestore.errors import InvalidStoreConfigError
+
+__all__ = ["Compression", "RestoreMode", "RocksDBConfig", "StateManagerConfig", "StoreConfig"]
+
+RestoreMode = Literal["full", "incremental"]
+Compression = Literal["none", "snappy", "lz4", "zstd"]
+
+_RESTORE_MODES: Final = frozenset({"full", "incremental"})
+_COMPRESSIONS: Final = frozenset({"none", "snappy", "lz4", "zstd"})
+
+
+def _at_least(minimum: int) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidStoreConfigError(attribute.name, value, "must be an integer")
+        if value < minimum:
+            raise InvalidStoreConfigError(attribute.name, value, f"must be >= {minimum}")
+
+    return check
+
+
+def _instance_of(cls: type[Any]) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, cls):
+            raise InvalidStoreConfigError(attribute.name, value, f"must be a {cls.__name__}")
+
+    return check
+
+
+def _one_of(choices: frozenset[str]) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in choices:
+            raise InvalidStoreConfigError(
+                attribute.name, value, f"must be one of {', '.join(sorted(choices))}"
+            )
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class RocksDBConfig:
+    """RocksDB options of one store, applied on every open (never read back from disk).
+
+    Defaults follow Kafka Streams' ``RocksDBStore`` (16 MiB write buffers, 3 of
+    them, 4 KiB blocks, bloom filters, no compression).  The block cache is
+    shared by every store of a manager and sized by
+    :attr:`StateManagerConfig.block_cache_size_bytes`.
+
+    Immutable; thread-safe.
+    """
+
+    write_buffer_size_bytes: int = attrs.field(
+        default=16 * 1024 * 1024, validator=_at_least(64 * 1024)
+    )
+    """Size of one memtable (RocksDB ``write_buffer_size``; Kafka Streams: 16 MiB)."""
+
+    max_write_buffer_number: int = attrs.field(default=3, validator=_at_least(2))
+    """Memtables per column family (``max_write_buffer_number``; Kafka Streams: 3)."""
+
+    block_size_bytes: int = attrs.field(default=4096, validator=_at_least(512))
+    """SST data block size (``block_size``; Kafka Streams: 4 KiB)."""
+
+    bloom_filter_bits_per_key: int = attrs.field(default=10, validator=_at_least(0))
+    """Bloom filter bits per key; 0 disables the filter (Kafka Streams: 10)."""
+
+    compression: Compression = attrs.field(default="none", validator=_one_of(_COMPRESSIONS))
+    """SST compression (Kafka Streams: none)."""
+
+    max_background_jobs: int = attrs.field(default=2, validator=_at_least(1))
+    """Concurrent flushes and compactions (``max_background_jobs``)."""
+
+    max_open_files: int = attrs.field(default=-1, validator=_at_least(-1))
+    """Open SST files kept (``max_open_files``; -1: unlimited, as Kafka Streams)."""
+
+
+@attrs.frozen(kw_only=True)
+class StoreConfig:
+    """How one store restores, commits and flushes.  Immutable; thread-safe."""
+
+    restore_mode: RestoreMode = attrs.field(default="full", validator=_one_of(_RESTORE_MODES))
+    """``full`` (default): on open, delete the RocksDB directory and replay the
+    changelog from its log start offset.  ``incremental``: keep RocksDB and
+    replay from the applied offset stored in it (rebuilding with a warning when
+    that offset is outside the log); the store then holds the changelog's
+    cleaning barrier at its durably flushed offset so the cleaner keeps every
+    tombstone a later incremental restore may need."""
+
+    restore_batch_records: int = attrs.field(default=10_000, validator=_at_least(1))
+    """Records per RocksDB ``WriteBatch`` during restore (Kafka Streams'
+    ``max.poll.records`` plays this role: 1,000)."""
+
+    flush_interval_records: int = attrs.field(default=100_000, validator=_at_least(1))
+    """Flush RocksDB's memtables after this many committed records.  With WAL off
+    only flushed data survives a crash, so this is how far the applied offset
+    (and, with ``incremental`` restore, the cleaning barrier) trails the
+    changelog; Kafka Streams checkpoints every 10,000 records under EOS."""
+
+
+@attrs.frozen(kw_only=True)
+class StateManagerConfig:
+    """Settings of a :class:`~statestore.StateManager` (one state directory).  Immutable; thread-safe."""
+
+    block_cache_size_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_at_least(0))
+    """The LRU block cache shared by every store's RocksDB (0: no cache)."""
+
+    run_cleaner: bool = attrs.field(default=True, validator=_instance_of(bool))
+    """Run the background log cleaner (:class:`changelog.CleanerConfig`) over the changelogs."""
+
+    cleaner: CleanerConfig = attrs.field(
+        factory=CleanerConfig, validator=_instance_of(CleanerConfig)
+    )
+    """The log cleaner's settings."""

@@ -1,0 +1,283 @@
+"""The RocksDB engine under one store partition: bytes in, bytes out.
+
+Layout of one RocksDB directory:
+
+=================  ===============================================================
+column family      contents
+=================  ===============================================================
+``default``        the store's data: serialized key -> serialized value
+``statestore``     metadata; key ``changelog-offset`` -> 8-byte big-endian signed
+                   int: the *next* changelog offset to apply (the applied offset)
+=================  ===============================================================
+
+Invariants:
+
+* Every write is one ``WriteBatch`` with RocksDB's WAL off (the changelog is
+  the WAL) that carries the data *and* the applied offset it reaches, so any
+  state RocksDB persists is a whole-batch prefix of the writes, offset included.
+* ``atomic_flush`` is on, so the two column families are flushed together;
+  :meth:`RocksDBEngine.flush` additionally flushes the data before the
+  metadata.  After a crash, the stored applied offset is therefore never ahead
+  of the data (replaying from an older offset is idempotent: the log holds
+  only puts and tombstones).
+* Options are built from a :class:`~statestore.config.RocksDBConfig` on every
+  open; nothing is read back from the OPTIONS file.
+
+Thread-safety: reads and writes are thread-safe (RocksDB is); :meth:`close`
+must not race with other calls: the owning store serializes them.  Iterators
+hold RocksDB open: exhaust or drop them before closing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shutil
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import rocksdict
+
+from statestore.config import RocksDBConfig
+from statestore.errors import StoreEngineError
+
+__all__ = ["META_COLUMN_FAMILY", "RocksDBEngine", "new_block_cache"]
+
+META_COLUMN_FAMILY: Final = "statestore"
+_APPLIED_OFFSET_KEY: Final = b"changelog-offset"
+_OFFSET: Final = struct.Struct(">q")
+
+logger = logging.getLogger(__name__)
+
+
+def new_block_cache(size_bytes: int) -> rocksdict.Cache | None:
+    """An LRU block cache of ``size_bytes`` to share between engines (``None`` for 0)."""
+    return rocksdict.Cache(size_bytes) if size_bytes > 0 else None
+
+
+def _compression(name: str) -> Any:
+    kinds = rocksdict.DBCompressionType
+    return {
+        "none": kinds.none,
+        "snappy": kinds.snappy,
+        "lz4": kinds.lz4,
+        "zstd": kinds.zstd,
+    }[name]()
+
+
+def _options(config: RocksDBConfig, cache: rocksdict.Cache | None) -> Any:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    options.set_atomic_flush(True)
+    options.set_write_buffer_size(config.write_buffer_size_bytes)
+    options.set_max_write_buffer_number(config.max_write_buffer_number)
+    options.set_max_background_jobs(config.max_background_jobs)
+    options.set_max_open_files(config.max_open_files)
+    options.set_compression_type(_compression(config.compression))
+    options.set_keep_log_file_num(2)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_size(config.block_size_bytes)
+    if cache is None:
+        table.disable_cache()
+    else:
+        table.set_block_cache(cache)
+    if config.bloom_filter_bits_per_key > 0:
+        table.set_bloom_filter(config.bloom_filter_bits_per_key, False)
+    options.set_block_based_table_factory(table)
+    return options
+
+
+class RocksDBEngine:
+    """One RocksDB directory in raw mode (bytes keys and values).
+
+    Invariants: ``_db`` is open until :meth:`close`; ``_meta`` is the handle of
+    the metadata column family of ``_db``.  See the module docstring for what
+    every write and flush guarantees.
+
+    Thread-safety: see the module docstring (reads/writes thread-safe; close is not).
+    """
+
+    def __init__(self, path: Path, db: Any, config: RocksDBConfig, label: str) -> None:
+        """Use :meth:`open`."""
+        self._path = path
+        self._db = db
+        self._config = config
+        self._label = label
+        self._meta = db.get_column_family_handle(META_COLUMN_FAMILY)
+        self._write_options = rocksdict.WriteOptions()
+        # a property at run time, a method in rocksdict's stubs
+        self._write_options.disable_wal = True  # type: ignore[method-assign,assignment]
+        self._get = db.get
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        config: RocksDBConfig,
+        cache: rocksdict.Cache | None,
+        label: str = "",
+    ) -> RocksDBEngine:
+        """Open (creating if missing) the RocksDB directory ``path`` with ``config``.
+
+        ``label`` (store and partition) prefixes log lines.
+        """
+        options = _options(config, cache)
+        meta_options = rocksdict.Options(raw_mode=True)
+        try:
+            db = rocksdict.Rdict(
+                str(path), options, column_families={META_COLUMN_FAMILY: meta_options}
+            )
+        except Exception as exc:
+            raise StoreEngineError(path, "open", str(exc)) from exc
+        logger.debug("%s: opened RocksDB at %s", label, path)
+        return cls(path, db, config, label)
+
+    @staticmethod
+    def destroy(path: Path) -> None:
+        """Delete the RocksDB directory ``path`` (it must not be open)."""
+        if path.exists():
+            shutil.rmtree(path)
+
+    @property
+    def path(self) -> Path:
+        """The RocksDB directory."""
+        return self._path
+
+    @property
+    def raw_get(self) -> Any:
+        """rocksdict's own ``get`` (hot path: the caller wraps its errors in :class:`StoreEngineError`)."""
+        return self._db.get
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or ``None``."""
+        try:
+            value: bytes | None = self._get(key)
+        except Exception as exc:
+            raise StoreEngineError(self._path, "get", str(exc)) from exc
+        return value
+
+    def applied_offset(self) -> int | None:
+        """The next changelog offset to apply, as stored with the data (``None``: never written)."""
+        try:
+            meta = self._db.get_column_family(META_COLUMN_FAMILY)
+            try:
+                raw = meta.get(_APPLIED_OFFSET_KEY)
+            finally:
+                meta.close()
+        except Exception as exc:
+            raise StoreEngineError(self._path, "read applied offset", str(exc)) from exc
+        if raw is None:
+            return None
+        if len(raw) != _OFFSET.size:
+            raise StoreEngineError(
+                self._path, "read applied offset", f"expected 8 bytes, found {len(raw)}"
+            )
+        return int(_OFFSET.unpack(raw)[0])
+
+    def write(self, records: Iterable[tuple[bytes, bytes | None]], applied_offset: int) -> None:
+        """Apply ``records`` (``None`` value: delete) and the applied offset in one WriteBatch."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        put = batch.put
+        delete = batch.delete
+        for key, value in records:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        put(_APPLIED_OFFSET_KEY, _OFFSET.pack(applied_offset), self._meta)
+        try:
+            self._db.write(batch, self._write_options)
+        except Exception as exc:
+            raise StoreEngineError(self._path, "write", str(exc)) from exc
+
+    def items(
+        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``lo <= key < hi`` (``None``: unbounded) in key order, or reversed.
+
+        Bounds are applied with ``itertools`` on the iterator rather than with
+        RocksDB's ``iterate_upper_bound``: rocksdict does not keep the bound's
+        bytes alive, and a freed bound silently cuts a scan short.
+        """
+        try:
+            if reverse:
+                source = self._db.items(backwards=True, from_key=hi)
+            else:
+                source = self._db.items(from_key=lo)
+        except Exception as exc:
+            raise StoreEngineError(self._path, "iterate", str(exc)) from exc
+        entries: Iterator[tuple[bytes, bytes]] = iter(source)
+        if reverse:
+            if hi is not None:  # the seek lands on the last key <= hi
+                entries = itertools.dropwhile(lambda entry: entry[0] >= hi, entries)
+            if lo is not None:
+                entries = itertools.takewhile(lambda entry: entry[0] >= lo, entries)
+        elif hi is not None:
+            entries = itertools.takewhile(lambda entry: entry[0] < hi, entries)
+        return entries
+
+    def approximate_num_entries(self) -> int:
+        """RocksDB's estimate of the number of keys (``rocksdb.estimate-num-keys``)."""
+        try:
+            return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+        except Exception as exc:
+            raise StoreEngineError(self._path, "property", str(exc)) from exc
+
+    def flush(self) -> None:
+        """Flush the memtables to SST files and wait: data first, then the metadata."""
+        try:
+            self._db.flush(True)
+            meta = self._db.get_column_family(META_COLUMN_FAMILY)
+            try:
+                meta.flush(True)
+            finally:
+                meta.close()
+        except Exception as exc:
+            raise StoreEngineError(self._path, "flush", str(exc)) from exc
+
+    def checkpoint(self, directory: Path) -> None:
+        """Write a RocksDB checkpoint (a consistent, openable copy, flushed first) to ``directory``.
+
+        ``directory`` must not exist.  Files are hard-linked where possible.
+        """
+        try:
+            rocksdict.Checkpoint(self._db).create_checkpoint(str(directory))
+        except Exception as exc:
+            raise StoreEngineError(self._path, "checkpoint", str(exc)) from exc
+
+    def close(self, *, flush: bool = True) -> None:
+        """Flush (unless told not to), cancel background work and release RocksDB's lock.
+
+        Idempotent.  ``flush=False`` (a failed store) skips the explicit flush;
+        RocksDB may still flush at shutdown, which is harmless: the stored offset
+        is never ahead of the data, and the changelog restores the rest.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        db, self._db = self._db, None
+        self._meta = None
+        self._get = None
+        try:
+            if flush:
+                db.flush(True)
+                meta = db.get_column_family(META_COLUMN_FAMILY)
+                meta.flush(True)
+                meta.close()
+            # Stops compactions and (having flushed) releases the LOCK file as soon
+            # as the handle is dropped; close() then reports "shutdown in progress".
+            db.cancel_all_background(True)
+        except Exception as exc:
+            raise StoreEngineError(self._path, "close", str(exc)) from exc
+        finally:
+            try:
+                db.close()
+            except Exception as exc:  # noqa: BLE001 - expected after cancel_all_background
+                logger.debug("%s: RocksDB close after cancel: %s", self._label, exc)
+            del db
+        logger.debug("%s: closed RocksDB at %s", self._label, self._path)

@@ -1,0 +1,363 @@
+"""The state manager: owns one state directory, its stores, their commits and the log cleaner.
+
+Layout of a state directory (see docs/concepts.md)::
+
+    <state_dir>/
+        .lock                       held (flock LOCK_EX|LOCK_NB) by the owning manager
+        <store>-changelog-<p>/      the changelog partition p of <store> (Kafka partition dir)
+        <store>-rocksdb-<p>/        the RocksDB of partition p of <store>
+
+Lifecycle: ``created`` (directory locked, cleaner started) -> ``open`` ->
+``closed``; ``failed`` if a close went wrong.  :meth:`StateManager.store`
+restores each store before returning it (the store is ``restoring`` meanwhile).
+
+Close order (a clean shutdown): 1. stop the cleaner (aborting a pass between
+batches); 2. close each store (uncommitted writes are discarded with a
+warning, RocksDB is flushed, its background work cancelled and its lock
+released); 3. close each changelog (which writes the clean-shutdown marker and
+checkpoints); 4. release the directory lock.  :meth:`StateManager.crash`
+skips the flushes and markers, as a crash would, for restore-after-crash tests.
+
+Invariants: while the manager is open it holds the directory lock; every
+store in ``_stores`` is open or failed and its changelogs are open.
+
+Thread-safety: thread-safe for opening stores, committing and closing:
+``_lock`` (an ``RLock``) guards ``_stores`` and ``_state``.  Each store is
+used by one thread at a time (see :class:`~statestore.store.KeyValueStore`);
+``commit()`` must not race with writes to the same store from another thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import attrs
+
+from changelog.cleaner_service import CleanerService
+from changelog.config import LogConfig
+from changelog.errors import ChangelogError, LogLockedError
+from changelog.lock import DirectoryLock
+from statestore.builder import build_store
+from statestore.bytes_store import StoreState
+from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
+from statestore.engine import new_block_cache
+from statestore.errors import (
+    InvalidStateStoreError,
+    InvalidStoreConfigError,
+    StateDirLockedError,
+    StateStoreError,
+)
+from statestore.restore import ProgressHook, RestoreResult, StateRestoreListener
+from statestore.serdes import MsgpackSerde, Serde, StringSerde, serde_for_type
+from statestore.store import KeyValueStore
+
+__all__ = ["StateManager"]
+
+logger = logging.getLogger(__name__)
+
+_STORE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+"""Kafka's legal topic characters (the changelog topic is ``<name>-changelog``)."""
+
+
+@attrs.frozen
+class _StoreSpec:
+    partitions: int
+    key_serde: Serde[Any]
+    value_serde: Serde[Any]
+    log_config: LogConfig
+    rocksdb: RocksDBConfig
+    config: StoreConfig
+
+
+class StateManager:
+    """Owns a state directory: locks it, opens and restores stores, commits, cleans, closes.
+
+    Use it as a context manager::
+
+        with StateManager("state") as manager:
+            users = manager.store("users")
+            users["alice"] = {"age": 31}
+            manager.commit()
+
+    ``clock`` returns milliseconds since the epoch; it stamps changelog records
+    and is the cleaner's "now" (default: the wall clock).
+
+    Thread-safety, lifecycle and invariants: see the module docstring.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | Path,
+        clock: Callable[[], int] | None = None,
+        *,
+        config: StateManagerConfig | None = None,
+        log_config: LogConfig | None = None,
+        rocksdb: RocksDBConfig | None = None,
+    ) -> None:
+        """Lock ``state_dir`` (created if missing) and start the cleaner.
+
+        ``log_config``/``rocksdb`` are the defaults for stores that do not pass
+        their own.  Raises :class:`StateDirLockedError` if another manager (in
+        this or another process) owns the directory.
+        """
+        self._dir = Path(state_dir)
+        self._clock = clock
+        self._config = config if config is not None else StateManagerConfig()
+        self._default_log_config = log_config if log_config is not None else LogConfig()
+        self._default_rocksdb = rocksdb if rocksdb is not None else RocksDBConfig()
+        self._lock = threading.RLock()
+        self._stores: dict[str, KeyValueStore[Any, Any]] = {}
+        self._specs: dict[str, _StoreSpec] = {}
+        self._restore_results: dict[str, list[RestoreResult]] = {}
+        self._state = StoreState.CREATED
+        self._label = f"[state {self._dir}]"
+        try:
+            self._dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidStoreConfigError("state_dir", str(state_dir), str(exc)) from exc
+        self._dir_lock = DirectoryLock(self._dir)
+        try:
+            self._dir_lock.acquire()
+        except LogLockedError as exc:
+            raise StateDirLockedError(exc.path, exc.holder) from exc
+        self._cache = new_block_cache(self._config.block_cache_size_bytes)
+        self._cleaner: CleanerService | None = None
+        if self._config.run_cleaner:
+            self._cleaner = CleanerService(self._all_logs, self._config.cleaner, clock)
+            self._cleaner.start()
+        self._state = StoreState.OPEN
+        logger.info("%s opened", self._label)
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def state_dir(self) -> Path:
+        """The state directory."""
+        return self._dir
+
+    @property
+    def state(self) -> StoreState:
+        """The manager's lifecycle state."""
+        return self._state
+
+    @property
+    def stores(self) -> Mapping[str, KeyValueStore[Any, Any]]:
+        """The open stores by name (a copy)."""
+        with self._lock:
+            return dict(self._stores)
+
+    @property
+    def cleaner(self) -> CleanerService | None:
+        """The background cleaner (``None`` when ``run_cleaner`` is off)."""
+        return self._cleaner
+
+    def restore_results(self, name: str) -> list[RestoreResult]:
+        """What the restore of each partition of store ``name`` did when it was opened."""
+        with self._lock:
+            return list(self._restore_results[name])
+
+    def _all_logs(self) -> list[Any]:
+        with self._lock:
+            return [log for store in self._stores.values() for log in store.changelogs]
+
+    def _check_open(self, operation: str) -> None:
+        if self._state is not StoreState.OPEN:
+            raise InvalidStateStoreError(f"manager of {self._dir}", self._state.value, operation)
+
+    # ---------------------------------------------------------------- stores
+
+    def store(
+        self,
+        name: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        key_type: type[Any] | None = None,
+        value_type: type[Any] | None = None,
+        partitions: int = 1,
+        log_config: LogConfig | None = None,
+        rocksdb: RocksDBConfig | None = None,
+        config: StoreConfig | None = None,
+        restore_listener: StateRestoreListener | None = None,
+        progress: ProgressHook | None = None,
+    ) -> KeyValueStore[Any, Any]:
+        """The store ``name``, opened and restored (or the already open one).
+
+        Keys default to UTF-8 strings and values to msgpack; ``key_type`` /
+        ``value_type`` (``bytes``, ``str``, ``int`` or an attrs class) pick a
+        built-in serde, ``key_serde`` / ``value_serde`` any :class:`Serde`.
+        Asking again for an open store returns it; asking with different
+        settings raises :class:`InvalidStoreConfigError`.  Asking for a store
+        that failed (or was closed by hand) reopens it, restoring it from its
+        changelog.
+        """
+        if not isinstance(name, str) or not _STORE_NAME.match(name) or name in (".", ".."):
+            raise InvalidStoreConfigError("name", name, "must be 1-200 of [A-Za-z0-9._-]")
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise InvalidStoreConfigError("partitions", partitions, "must be an integer >= 1")
+        spec = _StoreSpec(
+            partitions=partitions,
+            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
+            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
+            log_config=log_config if log_config is not None else self._default_log_config,
+            rocksdb=rocksdb if rocksdb is not None else self._default_rocksdb,
+            config=config if config is not None else StoreConfig(),
+        )
+        with self._lock:
+            self._check_open("open a store")
+            existing = self._stores.get(name)
+            if existing is not None and existing.state is not StoreState.OPEN:
+                # A failed (or closed-by-hand) store is reopened: restored from its changelog.
+                logger.warning(
+                    "%s reopening store %r (it was %s)", self._label, name, existing.state.value
+                )
+                del self._stores[name]
+                existing._crash()
+                for log in existing.changelogs:
+                    log.close()
+                existing = None
+            if existing is not None:
+                if self._specs[name] != spec:
+                    raise InvalidStoreConfigError(
+                        "store", name, "is already open with different settings"
+                    )
+                return existing
+            store, results = build_store(
+                state_dir=self._dir,
+                name=name,
+                partitions=spec.partitions,
+                key_serde=spec.key_serde,
+                value_serde=spec.value_serde,
+                log_config=spec.log_config,
+                rocksdb=spec.rocksdb,
+                config=spec.config,
+                cache=self._cache,
+                clock=self._clock,
+                listener=restore_listener,
+                progress=progress,
+            )
+            self._stores[name] = store
+            self._specs[name] = spec
+            self._restore_results[name] = results
+            return store
+
+    def commit(self) -> int:
+        """Commit every open store (see :meth:`KeyValueStore.commit`); returns the records committed."""
+        with self._lock:
+            self._check_open("commit")
+            stores = list(self._stores.values())
+        return sum(store.commit() for store in stores if store.state is StoreState.OPEN)
+
+    def __iter__(self) -> Iterator[str]:
+        """Names of the open stores."""
+        return iter(self.stores)
+
+    # ---------------------------------------------------------------- shutdown
+
+    def close(self) -> None:
+        """Shut down cleanly (see the module docstring for the order); idempotent.
+
+        Uncommitted writes are discarded with a warning: call :meth:`commit` first.
+        """
+        with self._lock:
+            if self._state is StoreState.CLOSED:
+                return
+            self._state = StoreState.CLOSED
+            stores = list(self._stores.values())
+            self._stores.clear()
+        errors: list[BaseException] = []
+        if self._cleaner is not None:
+            _collect(errors, self._cleaner.close)
+        for store in stores:
+            _collect(errors, store.close)
+            for log in store.changelogs:
+                _collect(errors, log.close)
+        self._dir_lock.release()
+        logger.info("%s closed", self._label)
+        if errors:
+            self._state = StoreState.FAILED
+            raise errors[0]
+
+    def crash(self) -> None:
+        """Drop everything without a clean shutdown, as ``kill -9`` would (for tests).
+
+        The cleaner is stopped, RocksDB is released without our flush, each
+        changelog is abandoned without its clean-shutdown marker or
+        checkpoints, and the directory lock is released, so a new manager
+        (in this process) can open the directory and must recover it.
+        Uncommitted writes are lost; committed ones are in the changelogs.
+        """
+        with self._lock:
+            if self._state is StoreState.CLOSED:
+                return
+            self._state = StoreState.CLOSED
+            stores = list(self._stores.values())
+            self._stores.clear()
+        if self._cleaner is not None:
+            self._cleaner.close()
+        for store in stores:
+            store._crash()
+            for log in store.changelogs:
+                _abandon(log)
+        self._dir_lock.release()
+        logger.warning("%s crashed on purpose (no clean shutdown)", self._label)
+
+    def __enter__(self) -> StateManager:
+        """The manager itself."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close cleanly (uncommitted writes are discarded)."""
+        self.close()
+
+    def __repr__(self) -> str:
+        """Directory, state and stores."""
+        return f"StateManager({str(self._dir)!r}, state={self._state.value}, stores={sorted(self._stores)})"
+
+
+def _pick_serde(
+    role: str, serde: Serde[Any] | None, tp: type[Any] | None, default: Callable[[], Serde[Any]]
+) -> Serde[Any]:
+    if serde is not None and tp is not None:
+        raise InvalidStoreConfigError(
+            f"{role}_type", tp, f"give {role}_serde or {role}_type, not both"
+        )
+    if serde is not None:
+        if not (
+            callable(getattr(serde, "serialize", None))
+            and callable(getattr(serde, "deserialize", None))
+        ):
+            raise InvalidStoreConfigError(
+                f"{role}_serde", serde, "must have serialize() and deserialize()"
+            )
+        return serde
+    if tp is not None:
+        try:
+            return serde_for_type(tp)
+        except TypeError as exc:
+            raise InvalidStoreConfigError(f"{role}_type", tp, str(exc)) from exc
+    return default()
+
+
+def _collect(errors: list[BaseException], close: Callable[[], object]) -> None:
+    try:
+        close()
+    except (StateStoreError, ChangelogError, OSError) as exc:
+        logger.exception("error during close")
+        errors.append(exc)
+
+
+def _abandon(log: Any) -> None:
+    """Let go of a log without a clean shutdown (the changelog's crash helper)."""
+    log._abandon()

@@ -1,0 +1,116 @@
+"""A bytes store over N logged partitions, routed like Kafka's default partitioner.
+
+A key goes to partition ``toPositive(murmur2(serialized key)) % N``
+(:func:`statestore.partitioner.partition_for`), the partition Kafka's producer
+would pick for the same bytes, so the layout matches a Kafka topic with N
+partitions.  Each partition has its own changelog and RocksDB and restores on
+its own.
+
+Scans merge the partitions' sorted iterators, so order is global serialized
+key order, as with one partition.
+
+Commit atomicity is per partition: each partition's writes form one batch in
+its changelog, and partitions commit one after another.  A crash in the middle
+of ``commit()`` can leave some partitions committed and others not (the same
+guarantee as Kafka Streams without exactly-once).  A single-partition store
+has no such window.
+
+Invariants: ``_partitions[i].partition == i``; a key's pending write lives in
+exactly the partition :func:`partition_for` picks.
+
+Thread-safety: not thread-safe, like :class:`~statestore.logged.LoggedPartition`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
+
+from statestore.logged import LoggedPartition
+from statestore.partitioner import murmur2
+
+__all__ = ["PartitionedStore"]
+
+_KEY = itemgetter(0)
+
+
+class PartitionedStore:
+    """N :class:`LoggedPartition` s behind the :class:`~statestore.store.BytesStore` protocol.
+
+    Thread-safety and invariants: see the module docstring.
+    """
+
+    def __init__(self, partitions: Sequence[LoggedPartition]) -> None:
+        """Route over ``partitions`` (indexed by partition number)."""
+        assert all(p.partition == i for i, p in enumerate(partitions)), "partitions out of order"
+        self._partitions = tuple(partitions)
+        self._count = len(partitions)
+        self.put: Callable[[bytes, bytes | None], None] = self._put
+        """Buffer a put in the key's partition."""
+
+    @property
+    def partitions(self) -> tuple[LoggedPartition, ...]:
+        """The partitions, by number."""
+        return self._partitions
+
+    def partition_of(self, key: bytes) -> LoggedPartition:
+        """The partition that owns the serialized ``key``."""
+        return self._partitions[(murmur2(key) & 0x7FFFFFFF) % self._count]
+
+    @property
+    def failed(self) -> bool:
+        """Whether any partition failed."""
+        return any(p.failed for p in self._partitions)
+
+    @property
+    def pending_count(self) -> int:
+        """Buffered writes over all partitions."""
+        return sum(p.pending_count for p in self._partitions)
+
+    def get(self, key: bytes) -> bytes | None:
+        """Value of ``key`` from its partition."""
+        return self.partition_of(key).get(key)
+
+    def _put(self, key: bytes, value: bytes | None) -> None:
+        self.partition_of(key).put(key, value)
+
+    def put_many(self, pairs: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Buffer several puts, each in its partition."""
+        for key, value in pairs:
+            self.partition_of(key).put(key, value)
+
+    def items(
+        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries of every partition merged into one key order."""
+        sources = [p.items(lo, hi, reverse=reverse) for p in self._partitions]
+        return heapq.merge(*sources, key=_KEY, reverse=reverse)
+
+    def approximate_num_entries(self) -> int:
+        """Sum of the partitions' estimates."""
+        return sum(p.approximate_num_entries() for p in self._partitions)
+
+    def commit(self) -> int:
+        """Commit each partition in turn (atomic per partition); returns the records committed."""
+        return sum(p.commit() for p in self._partitions)
+
+    def abort(self) -> int:
+        """Drop every partition's buffered writes."""
+        return sum(p.abort() for p in self._partitions)
+
+    def flush(self) -> None:
+        """Flush every partition's RocksDB."""
+        for p in self._partitions:
+            p.flush()
+
+    def close(self, *, flush: bool = True) -> None:
+        """Close every partition (all are attempted; the first error is raised)."""
+        first: BaseException | None = None
+        for p in self._partitions:
+            try:
+                p.close(flush=flush)
+            except Exception as exc:  # noqa: BLE001 - keep closing the others, then re-raise
+                first = first or exc
+        if first is not None:
+            raise first

@@ -1,0 +1,482 @@
+"""The typed key-value store applications use: serialization once, at the top.
+
+:class:`KeyValueStore` turns keys and values into bytes with its serdes and
+hands them to the bytes layer below (one logged partition, or a partitioned
+router over several); it never looks further down.  Operations are Kafka
+Streams' ``KeyValueStore`` ones plus the Python mapping protocol.
+
+Semantics worth knowing:
+
+* Writes are buffered until :meth:`KeyValueStore.commit`; reads see them
+  (read-your-writes).  ``commit()`` writes one atomic changelog batch per
+  partition and returns when it is durable under the changelog's flush policy.
+* ``put(key, None)`` deletes ``key`` (a tombstone), as in Kafka Streams.
+* Ranges are half-open, ``lo <= key < hi`` (Kafka Streams' ``range`` is
+  inclusive at both ends), and ordered by the *serialized* key bytes
+  (unsigned lexicographic).  ``None`` means unbounded.  ``lo > hi`` yields
+  nothing (with a warning), as in Kafka Streams.
+* ``len(store)`` is exact and walks the store; :meth:`approximate_num_entries`
+  is RocksDB's cheap estimate.
+
+Lifecycle: ``created`` -> ``restoring`` -> ``open`` -> ``closed``; any state
+-> ``failed`` when a commit leaves the changelog and RocksDB out of step (the
+store must then be reopened, which restores from the changelog).  Every
+operation checks the state on entry and raises
+:class:`~statestore.errors.InvalidStateStoreError` unless the store is open.
+
+Invariants: ``_state`` is one of :class:`StoreState`; only the builder moves
+it to ``restoring``/``open`` and only :meth:`close`/the manager to ``closed``.
+
+Thread-safety: not thread-safe; one thread uses a store at a time (like a
+Kafka Streams stream thread).  Only the state check is read from other
+threads (by the manager at close).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final, Generic, TypeVar
+
+from statestore.bytes_store import UNATTACHED, BytesStore, StoreState, prefix_upper_bound
+from statestore.errors import (
+    CommitFailedError,
+    DeserializationError,
+    InvalidStateStoreError,
+    RecordTooLargeForLogError,
+    SerializationError,
+    StateStoreError,
+    StoreEngineError,
+)
+from statestore.serdes import MsgpackSerde, Serde, StringSerde
+
+__all__ = ["KeyValueStore"]
+
+logger = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_MISSING: Final[Any] = object()
+
+
+_OPEN: Final = StoreState.OPEN
+
+
+def _fast_serialize(serde: Serde[Any]) -> Callable[[Any], bytes]:
+    """The serde's ``serialize``, or an equivalent builtin for the built-in serdes.
+
+    ``str.encode`` rejects a non-``str`` with ``TypeError`` just as
+    :class:`StringSerde` does, and :class:`MsgpackSerde` is its packer's
+    ``pack``: each saves a Python call per record.
+    """
+    if type(serde) is StringSerde:
+        return str.encode
+    if type(serde) is MsgpackSerde:
+        return serde.pack
+    return serde.serialize
+
+
+def _fast_deserialize(serde: Serde[Any]) -> Callable[[bytes], Any]:
+    """The serde's ``deserialize``, or an equivalent builtin for the built-in serdes."""
+    if type(serde) is MsgpackSerde:
+        return serde.unpack
+    return serde.deserialize
+
+
+class KeyValueStore(Generic[K, V]):
+    """A persistent key-value store whose every mutation goes to its changelog.
+
+    Obtain one from :meth:`statestore.StateManager.store`.  See the module
+    docstring for ordering, buffering, lifecycle and thread-safety.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        max_record_bytes: int,
+    ) -> None:
+        """A store in state ``created``; the builder restores it and calls :meth:`_attach`."""
+        self._name = name
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._ser_key = _fast_serialize(key_serde)
+        self._ser_value = _fast_serialize(value_serde)
+        self._de_key: Callable[[bytes], K] = _fast_deserialize(key_serde)
+        self._de_value: Callable[[bytes], V] = _fast_deserialize(value_serde)
+        self._max_record_bytes = max_record_bytes
+        self._inner: BytesStore = UNATTACHED
+        self._inner_get = UNATTACHED.get
+        self._inner_put: Callable[[bytes, bytes | None], None] = UNATTACHED.put
+        self._changelogs: tuple[Any, ...] = ()
+        self._state = StoreState.CREATED
+
+    def _attach(self, inner: BytesStore, changelogs: Sequence[Any]) -> None:
+        """Builder only: plug in the restored bytes layer and open the store."""
+        self._inner = inner
+        self._inner_get = inner.get
+        self._inner_put = inner.put
+        self._changelogs = tuple(changelogs)
+        self._set_state(StoreState.OPEN)
+
+    # ------------------------------------------------------------- lifecycle
+
+    @property
+    def name(self) -> str:
+        """The store's name."""
+        return self._name
+
+    @property
+    def state(self) -> StoreState:
+        """The lifecycle state."""
+        return self._state
+
+    @property
+    def key_serde(self) -> Serde[K]:
+        """The key serde."""
+        return self._key_serde
+
+    @property
+    def value_serde(self) -> Serde[V]:
+        """The value serde."""
+        return self._value_serde
+
+    @property
+    def partitions(self) -> int:
+        """Number of changelog partitions."""
+        return len(self._changelogs)
+
+    @property
+    def changelog(self) -> Any:
+        """The changelog :class:`changelog.Log` (a tuple of them for a partitioned store)."""
+        return self._changelogs[0] if len(self._changelogs) == 1 else self._changelogs
+
+    @property
+    def changelogs(self) -> tuple[Any, ...]:
+        """The changelog partitions, indexed by partition number (always a tuple)."""
+        return self._changelogs
+
+    def _set_state(self, state: StoreState) -> None:
+        logger.debug("[%s] %s -> %s", self._name, self._state.value, state.value)
+        self._state = state
+
+    def _not_open(self, operation: str) -> InvalidStateStoreError:
+        return InvalidStateStoreError(self._name, self._state.value, operation)
+
+    def close(self, *, flush: bool = True) -> None:
+        """Release RocksDB; uncommitted writes are discarded (with a warning).  Idempotent.
+
+        The manager closes its stores; closing one by hand just ends its use.
+        """
+        if self._state in (StoreState.CLOSED, StoreState.CREATED):
+            self._state = StoreState.CLOSED
+            return
+        failed = self._state is StoreState.FAILED
+        self._set_state(StoreState.CLOSED)
+        self._inner.close(flush=flush and not failed)
+
+    def _crash(self) -> None:
+        """Manager only: drop the store as a crash would (no flush, pending writes lost)."""
+        if self._state in (StoreState.CLOSED, StoreState.CREATED):
+            self._state = StoreState.CLOSED
+            return
+        self._set_state(StoreState.CLOSED)
+        self._inner.close(flush=False)
+
+    # ------------------------------------------------------------- serdes
+
+    def _key_bytes(self, key: K) -> bytes:
+        if key is None:
+            raise SerializationError(self._name, "key", "NoneType", "keys must not be None")
+        try:
+            return self._ser_key(key)
+        except Exception as exc:
+            raise SerializationError(self._name, "key", type(key).__name__, str(exc)) from exc
+
+    def _value_bytes(self, value: V) -> bytes:
+        try:
+            return self._ser_value(value)
+        except Exception as exc:
+            raise SerializationError(self._name, "value", type(value).__name__, str(exc)) from exc
+
+    def _key(self, data: bytes) -> K:
+        try:
+            return self._de_key(data)
+        except Exception as exc:
+            raise DeserializationError(self._name, "key", data, str(exc)) from exc
+
+    def _value(self, data: bytes) -> V:
+        try:
+            return self._de_value(data)
+        except Exception as exc:
+            raise DeserializationError(self._name, "value", data, str(exc)) from exc
+
+    def _check_size(self, key: bytes, value: bytes | None) -> None:
+        size = len(key) + (0 if value is None else len(value))
+        if size > self._max_record_bytes:
+            raise RecordTooLargeForLogError(self._name, size, self._max_record_bytes)
+
+    # ------------------------------------------------------------- reads
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value of ``key`` (uncommitted writes included), or ``default``."""
+        if self._state is not _OPEN:
+            raise self._not_open("get")
+        if key is None:
+            raise SerializationError(self._name, "key", "NoneType", "keys must not be None")
+        try:
+            key_bytes = self._ser_key(key)
+        except Exception as exc:
+            raise SerializationError(self._name, "key", type(key).__name__, str(exc)) from exc
+        data = self._inner_get(key_bytes)
+        if data is None:
+            return default
+        try:
+            return self._de_value(data)
+        except Exception as exc:
+            raise DeserializationError(self._name, "value", data, str(exc)) from exc
+
+    def __getitem__(self, key: K) -> V:
+        """The value of ``key``; ``KeyError`` if absent."""
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value  # type: ignore[return-value]
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` has a value."""
+        if self._state is not _OPEN:
+            raise self._not_open("get")
+        return self._inner_get(self._key_bytes(key)) is not None  # type: ignore[arg-type]
+
+    def range(
+        self, lo: K | None = None, hi: K | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[K, V]]:
+        """Entries with ``lo <= key < hi`` by serialized key order (``None``: unbounded)."""
+        if self._state is not _OPEN:
+            raise self._not_open("range")
+        lo_bytes = None if lo is None else self._key_bytes(lo)
+        hi_bytes = None if hi is None else self._key_bytes(hi)
+        if lo_bytes is not None and hi_bytes is not None and lo_bytes > hi_bytes:
+            logger.warning(
+                "[%s] range with lo > hi (serialized) returns nothing; note that serdes may "
+                "not preserve order",
+                self._name,
+            )
+            return iter(())
+        return self._decode_items(self._inner.items(lo_bytes, hi_bytes, reverse=reverse))
+
+    def reverse_range(self, lo: K | None = None, hi: K | None = None) -> Iterator[tuple[K, V]]:
+        """:meth:`range` in descending key order (Kafka Streams' ``reverseRange``)."""
+        return self.range(lo, hi, reverse=True)
+
+    def prefix_scan(
+        self, prefix: Any, prefix_serde: Serde[Any] | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[K, V]]:
+        """Entries whose serialized key starts with the serialized ``prefix``.
+
+        ``prefix`` is serialized with ``prefix_serde`` (default: the key serde),
+        as Kafka Streams' ``prefixScan(prefix, prefixKeySerializer)``.
+        """
+        if self._state is not _OPEN:
+            raise self._not_open("prefix_scan")
+        if prefix_serde is None:
+            lo = self._key_bytes(prefix)
+        else:
+            try:
+                lo = prefix_serde.serialize(prefix)
+            except Exception as exc:
+                raise SerializationError(
+                    self._name, "prefix", type(prefix).__name__, str(exc)
+                ) from exc
+        hi = prefix_upper_bound(lo)
+        return self._decode_items(self._inner.items(lo, hi, reverse=reverse))
+
+    def _decode_items(self, source: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[K, V]]:
+        de_key = self._de_key
+        de_value = self._de_value
+        key = b""
+        try:
+            for key, value in source:
+                yield de_key(key), de_value(value)
+        except StateStoreError:
+            raise
+        except Exception as exc:
+            raise DeserializationError(self._name, "entry", key, str(exc)) from exc
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """All entries in serialized key order (Kafka Streams' ``all``)."""
+        return self.range()
+
+    def keys(self) -> Iterator[K]:
+        """All keys in serialized key order."""
+        if self._state is not _OPEN:
+            raise self._not_open("keys")
+        de_key = self._key
+        return (de_key(key) for key, _value in self._inner.items())
+
+    def values(self) -> Iterator[V]:
+        """All values in serialized key order."""
+        if self._state is not _OPEN:
+            raise self._not_open("values")
+        de_value = self._value
+        return (de_value(value) for _key, value in self._inner.items())
+
+    def __iter__(self) -> Iterator[K]:
+        """Iterate over the keys."""
+        return self.keys()
+
+    def __len__(self) -> int:
+        """Exact number of entries (walks the store: O(n)); see :meth:`approximate_num_entries`."""
+        if self._state is not _OPEN:
+            raise self._not_open("len")
+        return sum(1 for _ in self._inner.items())
+
+    def approximate_num_entries(self) -> int:
+        """RocksDB's estimate of the number of entries (fast; ignores uncommitted writes)."""
+        if self._state is not _OPEN:
+            raise self._not_open("approximate_num_entries")
+        return self._inner.approximate_num_entries()
+
+    # ------------------------------------------------------------- writes
+
+    def put(self, key: K, value: V | None) -> None:
+        """Set ``key`` to ``value`` (``None`` deletes it) at the next commit.
+
+        The hot path: serialization and the size check are inlined.
+        """
+        if self._state is not _OPEN:
+            raise self._not_open("put")
+        if key is None:
+            raise SerializationError(self._name, "key", "NoneType", "keys must not be None")
+        try:
+            key_bytes = self._ser_key(key)
+        except Exception as exc:
+            raise SerializationError(self._name, "key", type(key).__name__, str(exc)) from exc
+        if value is None:
+            self._inner_put(key_bytes, None)
+            return
+        try:
+            value_bytes = self._ser_value(value)
+        except Exception as exc:
+            raise SerializationError(self._name, "value", type(value).__name__, str(exc)) from exc
+        if len(key_bytes) + len(value_bytes) > self._max_record_bytes:
+            raise RecordTooLargeForLogError(
+                self._name, len(key_bytes) + len(value_bytes), self._max_record_bytes
+            )
+        self._inner_put(key_bytes, value_bytes)
+
+    def __setitem__(self, key: K, value: V) -> None:
+        """Same as :meth:`put`."""
+        self.put(key, value)
+
+    def put_if_absent(self, key: K, value: V) -> V | None:
+        """Put ``value`` only if ``key`` has none; returns the existing value (``None``: written).
+
+        Only an actual write is logged.
+        """
+        if self._state is not _OPEN:
+            raise self._not_open("put_if_absent")
+        key_bytes = self._key_bytes(key)
+        existing = self._inner_get(key_bytes)
+        if existing is not None:
+            return self._value(existing)
+        if value is None:
+            return None
+        value_bytes = self._value_bytes(value)
+        self._check_size(key_bytes, value_bytes)
+        self._inner_put(key_bytes, value_bytes)
+        return None
+
+    def put_all(self, entries: Iterable[tuple[K, V | None]] | dict[K, V]) -> None:
+        """Put every ``(key, value)`` (or every item of a dict); all or nothing is buffered."""
+        if self._state is not _OPEN:
+            raise self._not_open("put_all")
+        pairs = entries.items() if isinstance(entries, dict) else entries
+        encoded: list[tuple[bytes, bytes | None]] = []
+        for key, value in pairs:
+            key_bytes = self._key_bytes(key)
+            value_bytes = None if value is None else self._value_bytes(value)
+            self._check_size(key_bytes, value_bytes)
+            encoded.append((key_bytes, value_bytes))
+        self._inner.put_many(encoded)
+
+    def delete(self, key: K) -> V | None:
+        """Delete ``key`` (a tombstone at the next commit); returns the old value or ``None``."""
+        if self._state is not _OPEN:
+            raise self._not_open("delete")
+        key_bytes = self._key_bytes(key)
+        old = self._inner_get(key_bytes)
+        self._inner_put(key_bytes, None)
+        return None if old is None else self._value(old)
+
+    def __delitem__(self, key: K) -> None:
+        """Delete ``key``; ``KeyError`` if it has no value."""
+        if self._state is not _OPEN:
+            raise self._not_open("delete")
+        key_bytes = self._key_bytes(key)
+        if self._inner_get(key_bytes) is None:
+            raise KeyError(key)
+        self._inner_put(key_bytes, None)
+
+    # ------------------------------------------------------------- commit
+
+    @property
+    def pending_count(self) -> int:
+        """Writes buffered since the last commit (one per distinct key)."""
+        return self._inner.pending_count
+
+    def commit(self) -> int:
+        """Write the buffered writes to the changelog as one batch per partition, then to RocksDB.
+
+        Returns when they are durable (under the changelog's flush policy);
+        returns the number of records committed.  On
+        :class:`~statestore.errors.CommitFailedError` with ``written=False``
+        nothing was written and the writes stay buffered; otherwise the store
+        is failed and must be reopened.
+        """
+        if self._state is not _OPEN:
+            raise self._not_open("commit")
+        try:
+            return self._inner.commit()
+        except (CommitFailedError, StoreEngineError):
+            if self._inner.failed:
+                self._set_state(StoreState.FAILED)
+            raise
+
+    def abort(self) -> int:
+        """Discard the buffered writes; returns how many were dropped."""
+        if self._state is not _OPEN:
+            raise self._not_open("abort")
+        return self._inner.abort()
+
+    def flush(self) -> None:
+        """Flush RocksDB's memtables (and, with incremental restore, raise the cleaning barrier)."""
+        if self._state is not _OPEN:
+            raise self._not_open("flush")
+        try:
+            self._inner.flush()
+        except StoreEngineError:
+            self._set_state(StoreState.FAILED)
+            raise
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[KeyValueStore[K, V]]:
+        """Commit on success, abort on an exception (covers everything buffered since the last commit)."""
+        if self._state is not _OPEN:
+            raise self._not_open("transaction")
+        try:
+            yield self
+        except BaseException:
+            if self._state is _OPEN:
+                self._inner.abort()
+            raise
+        self.commit()
+
+    def __repr__(self) -> str:
+        """Name, partitions and state."""
+        return f"KeyValueStore({self._name!r}, partitions={self.partitions}, state={self._state.value})"

@@ -1,0 +1,19 @@
+"""Shared helpers for statestore tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from changelog.config import LogConfig
+from statestore.config import StateManagerConfig
+
+TINY_LOG = LogConfig(segment_bytes=4096, index_interval_bytes=128, delete_retention_ms=0)
+"""Segments roll every few batches so that restore crosses segments and the cleaner has work."""
+
+NO_CLEANER = StateManagerConfig(run_cleaner=False, block_cache_size_bytes=1 << 20)
+"""Tests that clean do it explicitly (``log.clean(force=True)``), so results are deterministic."""
+
+
+def changelog_entries(log: Any) -> list[tuple[bytes | None, bytes | None]]:
+    """Every ``(key, value)`` record in a changelog, in offset order."""
+    return [(record.key, record.value) for record in log.read(log.log_start_offset)]

@@ -1,0 +1,79 @@
+"""kill -9 a writer process mid-stream; the reopened store is a whole-commit state no earlier than the last ack."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statestore.config import StoreConfig
+from statestore.manager import StateManager
+from tests.statestore.helpers import NO_CLEANER
+
+WRITER = r"""
+import sys
+from changelog.config import LogConfig
+from statestore.config import StateManagerConfig, StoreConfig
+from statestore.manager import StateManager
+
+state_dir, mode = sys.argv[1], sys.argv[2]
+manager = StateManager(
+    state_dir,
+    config=StateManagerConfig(run_cleaner=True),
+    log_config=LogConfig(segment_bytes=8192, min_cleanable_dirty_ratio=0.1, delete_retention_ms=0),
+)
+store = manager.store("kv", config=StoreConfig(restore_mode=mode, flush_interval_records=500))
+start = store.get("commit", 0)
+for n in range(start + 1, start + 100_000):
+    for k in range(10):
+        store[f"k{k}"] = n
+    store.delete(f"gone{n - 1}")
+    store[f"gone{n}"] = n
+    store["commit"] = n
+    store.commit()
+    print(n, flush=True)
+"""
+
+
+def model(n: int) -> dict[str, Any]:
+    """The state after commit ``n`` (all the writer's commits up to ``n``)."""
+    if n == 0:
+        return {}
+    state: dict[str, Any] = {f"k{k}": n for k in range(10)}
+    state[f"gone{n}"] = n
+    state["commit"] = n
+    return state
+
+
+@pytest.mark.parametrize("mode", ["full", "incremental"])
+def test_kill9_during_writes_loses_no_acknowledged_commit(tmp_path: Path, mode: str) -> None:
+    state_dir = tmp_path / "state"
+    rng = random.Random(mode)
+    last_acked = 0
+    for trial in range(4):
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(state_dir), mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        first = child.stdout.readline()  # the writer is up and committing
+        assert first.strip(), child.stderr.read() if child.stderr else ""
+        time.sleep(rng.uniform(0.05, 0.4))
+        child.send_signal(signal.SIGKILL)
+        out, _err = child.communicate(timeout=60)
+        acked = [int(line) for line in ([first, *out.splitlines()]) if line.strip()]
+        last_acked = max(acked)
+        with StateManager(state_dir, config=NO_CLEANER) as manager:
+            store = manager.store("kv", config=StoreConfig(restore_mode=mode))  # type: ignore[arg-type]
+            state = dict(store.items())
+        n = state.get("commit", 0)
+        assert n in (last_acked, last_acked + 1), (trial, n, last_acked)
+        assert state == model(n), trial

@@ -1,0 +1,353 @@
+"""Restore, ported from Kafka Streams' RocksDBStoreTest (restore cases) and StoreChangelogReaderTest.
+
+Changelogs are written directly through ``changelog.Log`` (as a Kafka topic
+would hold them); stores are then opened through a real ``StateManager``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from changelog.config import LogConfig
+from changelog.log import Log
+from statestore.config import RestoreMode, StoreConfig
+from statestore.restore import RestoreProgress, plan_restore
+from statestore.serdes import BytesSerde
+from tests.statestore.conftest import OpenManager
+from tests.statestore.helpers import TINY_LOG
+
+MODES: list[RestoreMode] = ["full", "incremental"]
+Pairs = list[tuple[bytes | None, bytes | None]]
+
+
+def write_changelog(state_dir: Path, *batches: Pairs, config: LogConfig = TINY_LOG) -> int:
+    """Append each batch to ``kv-changelog-0``; returns the log end offset."""
+    with Log.open(state_dir / "kv-changelog-0", config=config) as log:
+        for batch in batches:
+            log.append(batch)
+        return log.log_end_offset
+
+
+class Recorder:
+    """A restore listener that records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def on_restore_start(
+        self, store: str, partition: int, start_offset: int, end_offset: int
+    ) -> None:
+        self.calls.append(("start", store, partition, start_offset, end_offset))
+
+    def on_batch_restored(
+        self, store: str, partition: int, batch_end_offset: int, num_restored: int
+    ) -> None:
+        self.calls.append(("batch", batch_end_offset, num_restored))
+
+    def on_restore_end(self, store: str, partition: int, total_restored: int) -> None:
+        self.calls.append(("end", total_restored))
+
+
+def open_bytes(manager: Any, mode: RestoreMode, **kwargs: Any) -> Any:
+    return manager.store(
+        "kv",
+        key_serde=BytesSerde(),
+        value_serde=BytesSerde(),
+        config=StoreConfig(restore_mode=mode, restore_batch_records=kwargs.pop("batch", 10_000)),
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_should_restore_all(open_manager: OpenManager, tmp_path: Path, mode: RestoreMode) -> None:
+    write_changelog(tmp_path / "state", [(b"1", b"a"), (b"2", b"b"), (b"3", b"c")])
+    store = open_bytes(open_manager(), mode)
+    assert dict(store.items()) == {b"1": b"a", b"2": b"b", b"3": b"c"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_should_handle_deletes_on_restore_all(
+    open_manager: OpenManager, tmp_path: Path, mode: RestoreMode
+) -> None:
+    write_changelog(
+        tmp_path / "state",
+        [(b"1", b"a"), (b"2", b"b"), (b"3", b"c")],
+        [(b"1", None)],
+        [(b"3", None)],
+    )
+    store = open_bytes(open_manager(), mode)
+    assert dict(store.items()) == {b"2": b"b"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_should_handle_deletes_and_put_back_on_restore_all(
+    open_manager: OpenManager, tmp_path: Path, mode: RestoreMode
+) -> None:
+    write_changelog(
+        tmp_path / "state",
+        [(b"1", b"a"), (b"2", b"b"), (b"3", b"c")],
+        [(b"1", None), (b"3", None)],
+        [(b"1", b"d"), (b"3", b"e")],
+        [(b"2", None)],
+    )
+    store = open_bytes(open_manager(), mode)
+    assert dict(store.items()) == {b"1": b"d", b"3": b"e"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_should_restore_then_delete_on_restore_all(
+    open_manager: OpenManager, tmp_path: Path, mode: RestoreMode
+) -> None:
+    state = tmp_path / "state"
+    write_changelog(state, [(b"1", b"a"), (b"2", b"b"), (b"3", b"c")])
+    manager = open_manager()
+    assert len(list(open_bytes(manager, mode).items())) == 3
+    manager.close()
+    write_changelog(state, [(b"1", None), (b"2", None)])
+    store = open_bytes(open_manager(), mode)
+    assert dict(store.items()) == {b"3": b"c"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_should_restore_over_pre_existing_files(
+    open_manager: OpenManager, tmp_path: Path, mode: RestoreMode
+) -> None:
+    """RocksDB files from another history never leak into the restored state."""
+    state = tmp_path / "state"
+    manager = open_manager()
+    store = open_bytes(manager, mode)
+    store.put_all([(b"stale-%d" % i, b"x") for i in range(10)])
+    store.commit()
+    manager.close()
+    # The changelog is replaced by another history; RocksDB keeps the old files.
+    shutil.rmtree(state / "kv-changelog-0")
+    write_changelog(state, [(b"1", b"a")], [(b"2", b"b")])
+    store = open_bytes(open_manager(), mode)
+    assert dict(store.items()) == {b"1": b"a", b"2": b"b"}
+
+
+def test_restore_does_not_decode_values(open_manager: OpenManager, tmp_path: Path) -> None:
+    write_changelog(tmp_path / "state", [(b"k%d" % i, b"v") for i in range(100)])
+
+    class Counting(BytesSerde):
+        decoded = 0
+
+        def deserialize(self, data: bytes, /) -> bytes:
+            Counting.decoded += 1
+            return data
+
+    open_manager().store("kv", key_serde=BytesSerde(), value_serde=Counting())
+    assert Counting.decoded == 0
+
+
+# ---------------------------------------------------------------- StoreChangelogReaderTest
+
+
+def test_should_restore_from_beginning_and_report_to_listeners(
+    open_manager: OpenManager, tmp_path: Path
+) -> None:
+    batches: list[Pairs] = [[(b"k%d" % i, b"v")] for i in range(25)]
+    end = write_changelog(tmp_path / "state", *batches)
+    recorder = Recorder()
+    progress: list[RestoreProgress] = []
+    open_bytes(
+        open_manager(), "full", restore_listener=recorder, progress=progress.append, batch=10
+    )
+    assert recorder.calls[0] == ("start", "kv", 0, 0, end)
+    assert [c for c in recorder.calls if c[0] == "batch"] == [
+        ("batch", 9, 10),
+        ("batch", 19, 10),
+        ("batch", 24, 5),
+    ]
+    assert recorder.calls[-1] == ("end", 25)
+    assert progress[-1].records_restored == 25
+    assert progress[-1].fraction == 1.0
+    assert [p.offset for p in progress] == [10, 20, 25]
+
+
+def test_should_restore_from_the_applied_offset(open_manager: OpenManager, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    manager = open_manager()
+    store = open_bytes(manager, "incremental")
+    store.put_all([(b"k%d" % i, b"v1") for i in range(20)])
+    store.commit()
+    manager.close()
+    end = write_changelog(state, [(b"k1", b"v2")], [(b"k2", None)])
+    recorder = Recorder()
+    manager = open_manager()
+    store = open_bytes(manager, "incremental", restore_listener=recorder)
+    assert recorder.calls[0] == ("start", "kv", 0, 20, end)
+    assert recorder.calls[-1] == ("end", 2)
+    result = manager.restore_results("kv")[0]
+    assert (result.start_offset, result.end_offset, result.rebuilt) == (20, 22, False)
+    assert store[b"k1"] == b"v2"
+    assert b"k2" not in store
+    assert len(store) == 19
+
+
+def test_should_complete_with_nothing_to_restore_when_up_to_date(
+    open_manager: OpenManager,
+) -> None:
+    manager = open_manager()
+    store = open_bytes(manager, "incremental")
+    store[b"a"] = b"1"
+    store.commit()
+    manager.close()
+    recorder = Recorder()
+    manager = open_manager()
+    open_bytes(manager, "incremental", restore_listener=recorder)
+    assert recorder.calls == [("start", "kv", 0, 1, 1), ("end", 0)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_should_restore_when_the_end_of_the_log_is_a_gap(
+    open_manager: OpenManager, tmp_path: Path, mode: RestoreMode
+) -> None:
+    """A compacted tail leaves no record at ``log_end_offset - 1``: restore still completes there."""
+    state = tmp_path / "state"
+    with Log.open(state / "kv-changelog-0", config=TINY_LOG) as log:
+        log.append([(b"keep", b"1")])
+        log.append([(b"gone", b"1")])
+        log.append([(b"gone", None)])
+        log.roll()
+        log.clean(force=True)  # removes the put; the tombstone survives its first pass
+        log.clean(force=True)  # delete_retention_ms=0: the tombstone goes too
+        end = log.log_end_offset
+        assert end == 3
+        assert [r.offset for r in log.read(log.log_start_offset)] == [0]
+    manager = open_manager()
+    store = open_bytes(manager, mode)
+    assert dict(store.items()) == {b"keep": b"1"}
+    result = manager.restore_results("kv")[0]
+    assert result.end_offset == 3
+    manager.close()
+    # The applied offset reached the end: an incremental reopen has nothing to replay.
+    manager = open_manager()
+    open_bytes(manager, "incremental")
+    assert manager.restore_results("kv")[0].start_offset == 3
+
+
+def test_should_rebuild_when_the_applied_offset_is_beyond_the_log_end(
+    open_manager: OpenManager, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    manager = open_manager()
+    store = open_bytes(manager, "incremental")
+    for i in range(5):
+        store[b"k%d" % i] = b"v"
+        store.commit()
+    manager.close()
+    shutil.rmtree(state / "kv-changelog-0")
+    write_changelog(state, [(b"other", b"x")])
+    manager = open_manager()
+    with caplog.at_level(logging.WARNING):
+        store = open_bytes(manager, "incremental")
+    assert "beyond the log end offset" in caplog.text
+    assert manager.restore_results("kv")[0].rebuilt
+    assert dict(store.items()) == {b"other": b"x"}
+
+
+def test_plan_restore_cases() -> None:
+    plan = plan_restore(
+        "incremental", applied_offset=5, has_data=True, log_start_offset=0, log_end_offset=9
+    )
+    assert (plan.start_offset, plan.rebuild) == (5, False)
+    plan = plan_restore(
+        "incremental", applied_offset=2, has_data=True, log_start_offset=4, log_end_offset=9
+    )
+    assert (plan.start_offset, plan.rebuild) == (4, True)
+    assert "below the log start offset" in plan.reason
+    plan = plan_restore(
+        "incremental", applied_offset=10, has_data=True, log_start_offset=0, log_end_offset=9
+    )
+    assert plan.rebuild
+    plan = plan_restore(
+        "incremental", applied_offset=None, has_data=True, log_start_offset=0, log_end_offset=9
+    )
+    assert (plan.start_offset, plan.rebuild) == (0, True)
+    plan = plan_restore(
+        "incremental", applied_offset=None, has_data=False, log_start_offset=3, log_end_offset=9
+    )
+    assert (plan.start_offset, plan.rebuild) == (3, False)
+    plan = plan_restore(
+        "full", applied_offset=5, has_data=True, log_start_offset=0, log_end_offset=9
+    )
+    assert (plan.start_offset, plan.rebuild) == (0, True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_delete_everything_but_the_changelog_files_and_reopen(
+    open_manager: OpenManager, tmp_path: Path, mode: RestoreMode
+) -> None:
+    state = tmp_path / "state"
+    manager = open_manager()
+    store = manager.store("users", config=StoreConfig(restore_mode=mode))
+    model: dict[str, Any] = {}
+    for round_ in range(30):
+        for i in range(20):
+            key = f"user-{(round_ * 7 + i) % 50}"
+            if (round_ + i) % 5 == 0:
+                store.delete(key)
+                model.pop(key, None)
+            else:
+                store[key] = {"round": round_, "i": i}
+                model[key] = {"round": round_, "i": i}
+        store.commit()
+    manager.close()
+    kept = 0
+    for path in sorted(state.rglob("*"), reverse=True):
+        if path.is_file() and path.suffix == ".log" and "-changelog-" in path.parent.name:
+            kept += 1
+            continue
+        if path.is_dir():
+            if not any(path.iterdir()):
+                path.rmdir()
+        else:
+            path.unlink()
+    assert kept > 1  # several segments survived, nothing else did
+    assert sorted(p.name for p in state.iterdir()) == ["users-changelog-0"]
+    store = open_manager().store("users", config=StoreConfig(restore_mode=mode))
+    assert dict(store.items()) == model
+
+
+def test_cleaner_keeps_tombstones_an_incremental_restore_still_needs(
+    open_manager: OpenManager, tmp_path: Path
+) -> None:
+    """RocksDB (WAL off) may fall back to its last flush; the tombstones above it must remain."""
+    state = tmp_path / "state"
+    incremental = StoreConfig(restore_mode="incremental", flush_interval_records=10**9)
+    manager = open_manager()
+    store = manager.store("kv", config=incremental)
+    store["doomed"] = 1
+    store["kept"] = 2
+    store.commit()
+    manager.close()  # flushed: RocksDB durably holds both keys at applied offset 2
+    shutil.copytree(state / "kv-rocksdb-0", tmp_path / "durable")
+    manager = open_manager()
+    store = manager.store("kv", config=incremental)
+    assert store.changelog.cleaning_barrier_offset == 2
+    store.delete("doomed")
+    store.commit()  # not flushed: RocksDB could lose this
+    log = store.changelog
+    log.roll()
+    log.clean(force=True)
+    log.clean(force=True)
+    assert (b"doomed", None) in [(r.key, r.value) for r in log.read(log.log_start_offset)]
+    manager.crash()
+    shutil.rmtree(state / "kv-rocksdb-0")
+    shutil.copytree(tmp_path / "durable", state / "kv-rocksdb-0")
+    store = open_manager().store("kv", config=incremental)
+    assert dict(store.items()) == {"kept": 2}
+
+
+def test_full_restore_holds_no_cleaning_barrier(open_manager: OpenManager) -> None:
+    store = open_manager().store("kv")
+    store["a"] = 1
+    store.commit()
+    store.flush()
+    assert store.changelog.cleaning_barrier_offset is None

@@ -1,0 +1,69 @@
+"""Smoke test of the benchmark suite: every store case runs at tiny sizes and reports.
+
+This keeps ``benchmarks/`` from rotting as the APIs under it change.  It checks that
+the scripts run and produce well-formed results, never the numbers themselves
+(performance is judged by ``python -m benchmarks.run``, not by timed unit tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks._harness import Result, Target
+from benchmarks.run import STORE_CASES, _last_json_line, _results_from
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_target_directions() -> None:
+    assert Target("ratio>=", 0.6).check(1.0, 0.7)
+    assert not Target("ratio>=", 0.6).check(1.0, 0.5)
+    assert Target("ratio<=", 1.3).check(1.0, 1.2)
+    assert not Target("value>=", 1e6).check(5e5, None)
+    assert Result("x", 2.0, "s", "y", 1.0, Target("ratio<=", 1.3)).status == "FAIL"
+    assert Result("x", 1.0, "s").status == "info"
+
+
+def test_runner_reads_the_last_json_line_and_other_shapes() -> None:
+    text = 'table\n{"bench": "a", "results": [{"name": "n", "value": 3, "unit": "u"}]}\n'
+    payload = _last_json_line(text)
+    assert payload is not None
+    rows = _results_from(payload, "codec")
+    assert [(r.name, r.value, r.group) for r in rows] == [("n", 3.0, "codec")]
+    assert _last_json_line("no json here") is None
+
+
+def test_runner_tiny_store_suite(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--tiny", "--only", "store", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    store = report["scripts"]["store"]
+    assert store["exit_code"] == 0
+    names = " ".join(r["name"] for r in store["results"])
+    for word in (
+        "put",
+        "get",
+        "range",
+        "full restore",
+        "incremental",
+        "updates/key",
+        "size",
+        "compaction",
+        "writer",
+    ):
+        assert word in names, f"{word!r} missing from {names}"
+    for r in store["results"]:
+        assert r["value"] == r["value"], r  # not NaN
+        assert r["status"] in ("PASS", "FAIL", "info")
+    assert set(STORE_CASES) >= {"put", "get", "restore"}
