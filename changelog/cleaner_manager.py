@@ -26,19 +26,18 @@ A log is **due** when, in this order of precedence:
 3. its dirty ratio exceeds ``min_cleanable_dirty_ratio``.
 
 The earliest pending delete horizon of a log is remembered in memory after
-each pass (:func:`record_pending_delete_horizon`); for a log not yet cleaned
-by this process it is found once by scanning the batch headers of the clean
-section (:func:`scan_pending_delete_horizon`).
+each pass; for a log not yet cleaned by this process it is found once by
+scanning the batch headers of the clean section (:mod:`changelog.cleaner_horizon`,
+whose functions are re-exported here).
 
-Thread-safety: the functions are pure except the pending-horizon memo, which
-is guarded by a module lock.  :class:`CleanerManager` is thread-safe.
+Thread-safety: the functions are pure except the pending-horizon memo (see
+:mod:`changelog.cleaner_horizon`).  :class:`CleanerManager` is thread-safe.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -46,8 +45,13 @@ from typing import Any, Final, Protocol
 import attrs
 
 from changelog.checkpoint import read_checkpoint, write_checkpoint
+from changelog.cleaner_horizon import (
+    forget_pending_delete_horizon,
+    pending_delete_horizon,
+    record_pending_delete_horizon,
+    scan_pending_delete_horizon,
+)
 from changelog.config import LogConfig
-from changelog.record_batch import decode_key_values
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
@@ -56,6 +60,7 @@ __all__ = [
     "CleanerManager",
     "LogToClean",
     "cleanable_offsets",
+    "forget_pending_delete_horizon",
     "log_to_clean",
     "pending_delete_horizon",
     "read_cleaner_checkpoint",
@@ -258,68 +263,6 @@ def max_compaction_delay_ms(log: CleanableLog, first_dirty_offset: int, now_ms: 
     if earliest is not None and earliest < clean_until:
         return clean_until - earliest
     return 0
-
-
-# ---------------------------------------------------------------- pending delete horizons
-
-_horizon_lock = threading.Lock()  # guards _horizons
-_horizons: weakref.WeakKeyDictionary[Any, int | None] = weakref.WeakKeyDictionary()
-
-
-def record_pending_delete_horizon(log: CleanableLog, horizon_ms: int | None) -> None:
-    """Remember the earliest delete horizon of a tombstone the last pass kept (``None``: none)."""
-    try:
-        with _horizon_lock:
-            _horizons[log] = horizon_ms
-    except TypeError:  # an object without weak references: nothing remembered, scanned each time
-        pass
-
-
-def forget_pending_delete_horizon(log: CleanableLog) -> None:
-    """Drop what is remembered about ``log`` (after truncation or an external change)."""
-    with _horizon_lock:
-        _horizons.pop(log, None)
-
-
-def scan_pending_delete_horizon(log: CleanableLog, first_dirty_offset: int) -> int | None:
-    """Earliest delete horizon of a batch in the clean section that still holds a tombstone.
-
-    Reads batch headers; only batches with the KIP-534 horizon bit are decoded
-    (a batch keeps the bit after its tombstones are gone when Kafka wrote it).
-    """
-    earliest: int | None = None
-    for segment in log.segments[:-1]:
-        if segment.base_offset >= first_dirty_offset:
-            break
-        with log.lock:
-            reader = segment.open_reader()
-        try:
-            for position, header in reader.headers():
-                if header.base_offset >= first_dirty_offset:
-                    break
-                horizon = header.delete_horizon_ms
-                if horizon is None or (earliest is not None and horizon >= earliest):
-                    continue
-                _position, _header, raw = next(iter(reader.batches(position)))
-                entries = decode_key_values(raw, path=reader.path, position=position)
-                if any(value is None and key is not None for _offset, key, value in entries):
-                    earliest = horizon
-        finally:
-            reader.close()
-    return earliest
-
-
-def pending_delete_horizon(log: CleanableLog, first_dirty_offset: int) -> int | None:
-    """The remembered earliest pending delete horizon, scanning the clean section once if unknown."""
-    with _horizon_lock:
-        try:
-            if log in _horizons:
-                return _horizons[log]
-        except TypeError:
-            pass
-    horizon = scan_pending_delete_horizon(log, first_dirty_offset)
-    record_pending_delete_horizon(log, horizon)
-    return horizon
 
 
 # ---------------------------------------------------------------- one log's cleaning state

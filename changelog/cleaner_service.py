@@ -26,10 +26,12 @@ appends fsynced one by one kept 7% of their throughput during a pass in a
 thread and 77% with the pass in a worker process (unsynced appends: 45%
 and 112%).  So by default (``worker="process"``) each pass runs its map and
 recopy (:func:`changelog.cleaner.compact`) in a child Python process
-(:func:`clean_in_process`); the worker thread only waits for it and does the
+(:func:`changelog.cleaner_worker.clean_in_process`), niced by
+:data:`~changelog.cleaner_worker.WORKER_NICENESS` so that writers win the
+cores when they contend; the worker thread only waits for it and does the
 brief swap.  A worker process costs an interpreter start per pass (0.3-0.7 s
 measured on the loaded 2-core machine) and ~32 MB of RSS while it runs;
-``worker="thread"`` avoids both.
+``worker="thread"`` avoids both.  Throttling is :mod:`changelog.cleaner_throttle`.
 
 Every entry point can also be driven without threads: :meth:`CleanerService.run_once`
 and :meth:`CleanerService.check_retention` take an explicit time.
@@ -37,287 +39,36 @@ and :meth:`CleanerService.check_retention` take an explicit time.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-import math
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import attrs
-
-from changelog import files
-from changelog.cleaner import (
-    CleanerStats,
-    Compacted,
-    PassInput,
-    SourceSegment,
-    clean,
-    commit,
-    compact,
-    map_memory_bytes,
-    snapshot,
-)
-from changelog.cleaner_manager import CleanerManager, LogToClean
-from changelog.config import CleanerConfig, LogConfig
-from changelog.errors import ChangelogError, CleanerAbortedError, CorruptRecordError
+from changelog.cleaner import CleanerStats, clean, map_memory_bytes
+from changelog.cleaner_manager import CleanerManager
+from changelog.cleaner_throttle import Throttler
+from changelog.cleaner_worker import WORKER_NICENESS, clean_in_process
+from changelog.config import CleanerConfig
+from changelog.errors import ChangelogError, CleanerAbortedError
 from changelog.offset_map import OffsetMap
-from changelog.segment import LogSegment
-from changelog.segment_reader import SegmentReader
 
 if TYPE_CHECKING:
     from changelog.log import Log
 
-__all__ = ["CleanerService", "Throttler", "WorkerMode", "clean_in_process"]
+__all__ = ["WORKER_NICENESS", "CleanerService", "Throttler", "WorkerMode", "clean_in_process"]
+# Throttler, clean_in_process and WORKER_NICENESS live in cleaner_throttle / cleaner_worker;
+# they are re-exported here, where callers have always found them.
 
 _log = logging.getLogger(__name__)
 
 WorkerMode = Literal["process", "thread"]
 """Where a pass's CPU work runs: a child process per pass (default) or the worker thread."""
 
-_POLL_S: Final = 0.02
-
 
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
-
-
-# ----------------------------------------------------------------- the worker process
-
-
-def _cleaned_files(directory: Path, base_offset: int) -> list[Path]:
-    return [
-        directory / (files.segment_file_name(base_offset, kind) + files.CLEANED_SUFFIX)
-        for kind in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
-    ]
-
-
-def _worker_env() -> dict[str, str]:
-    """The parent's environment, with this package's root first on ``PYTHONPATH``."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return env
-
-
-def clean_in_process(
-    to_clean: LogToClean,
-    *,
-    config: CleanerConfig,
-    now_ms: int,
-    abort: Callable[[], bool] = lambda: False,
-) -> CleanerStats:
-    """One pass whose CPU work (steps 1-2) runs in a child Python process.
-
-    The parent takes the snapshot under ``log.lock`` (read-only descriptors
-    of the source segments, handed to the child), waits for the child while
-    checking ``abort()``, then opens the child's ``.cleaned`` segments and
-    swaps them in (steps 3-4) itself.  Writers in the parent then compete
-    with the pass for CPU, not for the GIL (see docs/operations.md).  On an
-    abort the child is killed and its ``.cleaned`` files deleted.  A failure
-    in the child is re-raised here (``CorruptRecordError`` keeps its path and
-    position).
-    """
-    started = time.monotonic()
-    inputs, segments, sources = snapshot(to_clean)
-    inputs = attrs.evolve(inputs, now_ms=now_ms)
-    directory = Path(inputs.directory)
-    request = {
-        "inputs": {**attrs.asdict(inputs), "log_config": attrs.asdict(inputs.log_config)},
-        "config": attrs.asdict(config),
-        "sources": [
-            {
-                **attrs.asdict(source, filter=lambda a, _v: a.name != "reader"),
-                "path": str(source.reader.path),
-            }
-            for source in sources
-        ],
-    }
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "changelog.cleaner_service", "--worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            pass_fds=[source.fd for source in sources],
-            text=True,
-            env=_worker_env(),
-        )
-    except BaseException:
-        for source in sources:
-            source.reader.close()
-        raise
-    for source in sources:  # the child has its own copies now
-        source.reader.close()
-    try:
-        with proc:  # closes the pipes and reaps the child whatever happens
-            reply = _wait(proc, json.dumps(request), abort, inputs.name)
-    except Exception:
-        for source in sources:
-            for path in _cleaned_files(directory, source.base_offset):
-                files.delete_file(path, "cleaner.worker.cleanup")
-        raise
-    cleaned = [
-        LogSegment.open(directory, base, config=inputs.log_config, file_suffix=files.CLEANED_SUFFIX)
-        for base in reply["cleaned"]
-    ]
-    stats = CleanerStats(**reply["stats"])
-    compacted = Compacted(stats=stats, cleaned=cleaned, replaced=reply["replaced"])
-    return commit(to_clean.log, segments, compacted, started)
-
-
-def _wait(
-    proc: subprocess.Popen[str], request: str, abort: Callable[[], bool], name: str
-) -> dict[str, Any]:
-    """Send the request, wait for the reply while honouring ``abort``; raise what the child raised."""
-    pending: str | None = request
-    while True:
-        try:
-            out, _ = proc.communicate(pending, timeout=_POLL_S)
-            break
-        except subprocess.TimeoutExpired:
-            pending = None  # already handed over; communicate() keeps feeding it
-            if abort():
-                proc.kill()
-                proc.wait()
-                raise CleanerAbortedError(
-                    f"[{name}] cleaning aborted (worker process killed)"
-                ) from None
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-    try:
-        reply: dict[str, Any] = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-    except ValueError:
-        reply = {}
-    if proc.returncode == 0 and "stats" in reply:
-        return reply
-    error = reply.get("error") or {}
-    if error.get("type") == "CorruptRecordError":
-        raise CorruptRecordError(
-            error["path"],
-            error["position"],
-            error["reason"],
-            expected=error.get("expected"),
-            actual=error.get("actual"),
-        )
-    if error.get("type") == "CleanerAbortedError":
-        raise CleanerAbortedError(error.get("message", "aborted"))
-    raise ChangelogError(
-        f"[{name}] cleaner worker process failed (exit code {proc.returncode}): "
-        f"{error.get('type', 'no reply')}: {error.get('message', '')}"
-    )
-
-
-def _worker_main() -> int:
-    """Entry point of the child: read the request from stdin, compact, reply on stdout."""
-    request = json.loads(sys.stdin.read())
-    inputs_raw = dict(request["inputs"])
-    inputs_raw["log_config"] = LogConfig(**inputs_raw["log_config"])
-    inputs = PassInput(**inputs_raw)
-    config = CleanerConfig(**request["config"])
-    sources = [
-        SourceSegment(
-            base_offset=raw["base_offset"],
-            next_base_offset=raw["next_base_offset"],
-            size_bytes=raw["size_bytes"],
-            offset_index_bytes=raw["offset_index_bytes"],
-            time_index_bytes=raw["time_index_bytes"],
-            fd=raw["fd"],
-            reader=SegmentReader(
-                raw["fd"],
-                Path(raw["path"]),
-                raw["base_offset"],
-                raw["size_bytes"],
-                functools.partial(os.close, raw["fd"]),
-            ),
-        )
-        for raw in request["sources"]
-    ]
-    throttler = Throttler(config.io_max_bytes_per_second / config.threads)
-    try:
-        compacted = compact(inputs, sources, config=config, throttle=throttler.maybe_throttle)
-    except CorruptRecordError as exc:
-        reply: dict[str, Any] = {
-            "error": {
-                "type": "CorruptRecordError",
-                "path": str(exc.path),
-                "position": exc.position,
-                "reason": exc.reason,
-                "expected": repr(exc.expected) if exc.expected is not None else None,
-                "actual": repr(exc.actual) if exc.actual is not None else None,
-            }
-        }
-        print(json.dumps(reply), flush=True)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        print(json.dumps({"error": {"type": type(exc).__name__, "message": str(exc)}}), flush=True)
-        return 1
-    for segment in compacted.cleaned:
-        segment.close()
-    reply = {
-        "stats": attrs.asdict(compacted.stats),
-        "cleaned": [segment.base_offset for segment in compacted.cleaned],
-        "replaced": compacted.replaced,
-    }
-    print(json.dumps(reply), flush=True)
-    return 0
-
-
-class Throttler:
-    """Keeps a byte rate under ``bytes_per_second`` by sleeping (Kafka's ``Throttler``).
-
-    Callers report bytes with :meth:`maybe_throttle`; once per ``check_interval_s``
-    (or sooner, once a whole interval's budget of bytes has been seen) the
-    observed rate is compared with the target and the caller sleeps long
-    enough to bring it back.  ``math.inf`` disables it.
-
-    Invariants: ``_observed`` counts the bytes since ``_period_start``; a
-    period never ends before ``check_interval_s`` or its byte budget.
-
-    Thread-safety: thread-safe; ``_lock`` guards the period's start and byte count
-    (the sleep happens outside it).
-    """
-
-    def __init__(
-        self,
-        bytes_per_second: float,
-        *,
-        check_interval_s: float = 0.1,
-        monotonic: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.bytes_per_second = bytes_per_second
-        self._check_interval_s = check_interval_s
-        self._monotonic = monotonic
-        self._sleep = sleep
-        self._lock = threading.Lock()
-        self._period_start = monotonic()
-        self._observed = 0
-
-    def maybe_throttle(self, nbytes: int) -> None:
-        """Count ``nbytes`` of I/O and sleep if the rate is above the target."""
-        if math.isinf(self.bytes_per_second):
-            return
-        with self._lock:
-            self._observed += nbytes
-            now = self._monotonic()
-            elapsed = now - self._period_start
-            budget = self.bytes_per_second * self._check_interval_s
-            if elapsed < self._check_interval_s and self._observed < budget:
-                return
-            wanted = self._observed / self.bytes_per_second
-            pause = wanted - elapsed
-            self._period_start = now + max(pause, 0.0)
-            self._observed = 0
-        if pause > 0:
-            self._sleep(pause)
 
 
 class CleanerService:
@@ -539,9 +290,3 @@ class CleanerService:
                 if self._stop.is_set():
                     return
                 raise
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
-        raise SystemExit(_worker_main())
-    raise SystemExit("usage: python -m changelog.cleaner_service --worker  (internal)")

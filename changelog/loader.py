@@ -50,7 +50,7 @@ import attrs
 from changelog import files
 from changelog.checkpoint import read_checkpoint, write_checkpoint
 from changelog.config import LogConfig
-from changelog.errors import CorruptCheckpointError, CorruptIndexError
+from changelog.errors import CorruptCheckpointError, CorruptDataError, CorruptIndexError
 from changelog.segment import LogSegment
 
 __all__ = [
@@ -161,9 +161,15 @@ def _remove_stray_files(directory: Path, prefix: str) -> None:
 
 
 def _complete_swaps(directory: Path, config: LogConfig, prefix: str) -> None:
-    """Passes L4-L5: finish a replace that had renamed its new segments to ``.swap``."""
-    lowest: int | None = None
-    highest: int | None = None
+    """Passes L4-L5: finish a replace that had renamed its new segments to ``.swap``.
+
+    L4 works swap file by swap file, as Kafka's ``LogLoader`` does: a ``.swap``
+    segment replaces exactly the ordinary segments whose base offsets lie in
+    its own range ``[swap base offset, swap next offset)``.  So one replace may
+    swap non-adjacent groups at once: a segment left untouched between two of
+    them lies in no swap's range and stays.
+    """
+    ranges: list[tuple[int, int]] = []
     for path, base, suffix, protocol in _segment_files(directory):
         if protocol != files.SWAP_SUFFIX or suffix != files.LOG_SUFFIX:
             continue
@@ -182,11 +188,10 @@ def _complete_swaps(directory: Path, config: LogConfig, prefix: str) -> None:
             base,
             next_offset,
         )
-        lowest = base if lowest is None else min(lowest, base)
-        highest = next_offset if highest is None else max(highest, next_offset)
-    if lowest is not None and highest is not None:  # L4
+        ranges.append((base, next_offset))
+    if ranges:  # L4
         for path, base, _suffix, protocol in _segment_files(directory):
-            if protocol == "" and lowest <= base < highest:
+            if protocol == "" and any(low <= base < high for low, high in ranges):
                 logger.info(
                     "%sdeleting %s: replaced by the swap being completed", prefix, path.name
                 )
@@ -202,15 +207,35 @@ def _complete_swaps(directory: Path, config: LogConfig, prefix: str) -> None:
         files.fsync_dir(directory, "load.fsync_dir")
 
 
-def _delete_orphan_indexes(directory: Path, prefix: str) -> None:
-    """Pass L6: index files whose ``.log`` is gone."""
-    for path, base, suffix, protocol in _segment_files(directory):
+def _delete_orphan_indexes(directory: Path, prefix: str, explained: set[int]) -> None:
+    """Pass L6: index files whose ``.log`` is gone.
+
+    An orphan at either end of the log is what a crash during a roll (the newest
+    segment) or a retention deletion (the oldest) can leave: it is deleted, as
+    Kafka does.  An orphan *between* two segments, with no ``.deleted``,
+    ``.cleaned`` or ``.swap`` file of its base offset at open (``explained``),
+    means the ``.log`` itself was lost: that is acknowledged data gone, so it is
+    reported as :class:`CorruptDataError` and nothing is deleted.
+    """
+    entries = list(_segment_files(directory))
+    log_bases = [b for _p, b, suffix, proto in entries if suffix == files.LOG_SUFFIX and not proto]
+    lowest, highest = (min(log_bases), max(log_bases)) if log_bases else (0, -1)
+    for path, base, suffix, protocol in entries:
         if protocol or suffix not in _INDEX_SUFFIXES:
             continue
         log_path = directory / files.segment_file_name(base, files.LOG_SUFFIX)
-        if not log_path.exists():
-            logger.warning("%sdeleting orphan index %s (no %s)", prefix, path.name, log_path.name)
-            files.delete_file(path, "load.delete_orphan")
+        if log_path.exists():
+            continue
+        if lowest < base < highest and base not in explained:
+            raise CorruptDataError(
+                log_path,
+                None,
+                f"segment file missing: {path.name} is here but the .log is gone, so the"
+                f" records from offset {base} up to the next segment are lost; restore the"
+                " file, or delete its index files to accept the gap and open the log",
+            )
+        logger.warning("%sdeleting orphan index %s (no %s)", prefix, path.name, log_path.name)
+        files.delete_file(path, "load.delete_orphan")
 
 
 def _open_segments(
@@ -296,6 +321,18 @@ def _recover_segments(segments: list[LogSegment], recovery_point: int, prefix: s
             return
 
 
+def _check_no_missing_tail(directory: Path, log_end: int, checkpointed_rp: int | None) -> None:
+    """After a clean shutdown the recovery point checkpoint is the log end offset (C2)."""
+    if checkpointed_rp is not None and checkpointed_rp > log_end:
+        raise CorruptDataError(
+            directory,
+            None,
+            f"log end offset {log_end} is below the recovery point {checkpointed_rp}"
+            " checkpointed at the last clean shutdown: segment files at the end of the"
+            " log are missing",
+        )
+
+
 def load_log(
     directory: Path,
     *,
@@ -312,9 +349,10 @@ def load_log(
         directory / RECOVERY_POINT_CHECKPOINT, topic, partition
     )
     recovery_point = checkpointed_rp if checkpointed_rp is not None else 0
+    in_protocol = {base for _path, base, _suffix, protocol in _segment_files(directory) if protocol}
     _remove_stray_files(directory, prefix)  # L1-L3
     _complete_swaps(directory, config, prefix)  # L4-L5
-    _delete_orphan_indexes(directory, prefix)  # L6
+    _delete_orphan_indexes(directory, prefix, in_protocol)  # L6
     segments = _open_segments(
         directory, config, now_ms, None if had_clean_shutdown else recovery_point, prefix
     )  # L7
@@ -326,17 +364,20 @@ def load_log(
         )
         log_start = max(checkpointed_start or 0, segments[0].base_offset if segments else 0)
         log_end = segments[-1].read_next_offset() if segments else log_start
-        if log_start > log_end:  # L9: Kafka's deleteSegmentsIfLogStartGreaterThanLogEnd
+        if segments and log_start > log_end:  # L9
+            # Kafka deletes every segment here (DeleteRecords can move the log start past a
+            # replica's end).  Nothing here moves the log start past the log end, so such a
+            # checkpoint is damaged: keep the data, ignore the checkpoint.
             logger.warning(
-                "%slog start offset %s is past the log end offset %s: deleting all segments",
+                "%signoring log-start-offset-checkpoint: log start offset %s is past the log"
+                " end offset %s",
                 prefix,
                 log_start,
                 log_end,
             )
-            for segment in segments:
-                segment.delete()
-            segments.clear()
-            log_end = log_start
+            log_start = segments[0].base_offset
+        if had_clean_shutdown:
+            _check_no_missing_tail(directory, log_end, checkpointed_rp)
         if not segments:  # L9
             segments.append(
                 LogSegment.create(directory, log_start, config=config, created_ms=now_ms)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import struct
 import threading
 import time
@@ -50,6 +51,7 @@ from changelog import files
 from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
+    InvalidRecordError,
     LogClosedError,
     LogStorageError,
     OffsetOutOfRangeError,
@@ -74,6 +76,7 @@ Clock = Callable[[], int]
 """A callable returning the current time in milliseconds."""
 
 _BASE_OFFSET: Final = struct.Struct(">q")  # the first 8 bytes of a batch, outside its CRC
+_KEY: Final = operator.itemgetter(0)
 
 logger = logging.getLogger(__name__)
 
@@ -294,6 +297,9 @@ class Log:
         self._check_open()
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
         batch = bytearray(encode_batch(0, records, timestamp_ms=stamp))  # offsets patched below
+        if self._config.compact and None in map(_KEY, records):
+            # Kafka's broker refuses these too: the cleaner could not keep "the latest per key".
+            raise InvalidRecordError("a compacted log cannot accept a record without a key")
         size = len(batch)
         if size > self._config.max_message_bytes:
             raise RecordTooLargeError(size, self._config.max_message_bytes)

@@ -54,7 +54,9 @@ def located_batches(
     whose base offset is ``>= max_offset``; closes ``readers`` when done."""
     try:
         for index, reader in enumerate(readers):
-            for position, header, data in reader.batches(start_position if index == 0 else 0):
+            upper = readers[index + 1].base_offset if index + 1 < len(readers) else None
+            start = start_position if index == 0 else 0
+            for position, header, data in reader.batches(start, upper_bound=upper):
                 if max_offset is not None and header.base_offset >= max_offset:
                     return
                 if header.last_offset >= start_offset:

@@ -32,7 +32,7 @@ from pathlib import Path
 from changelog import files
 from changelog.config import LogConfig
 from changelog.errors import ChangelogError, LogStorageError
-from changelog.offset_index import OffsetIndex
+from changelog.offset_index import OffsetIndex, OffsetPosition
 from changelog.record_batch import LOG_OVERHEAD, BatchHeader, declared_size
 from changelog.segment_indexes import INT32_MAX, NO_TIMESTAMP, SegmentIndexes, write_extents
 from changelog.segment_reader import SegmentReader, SharedLogFile
@@ -320,15 +320,43 @@ class LogSegment:
         Looks up the offset index (largest entry ``<= offset``) and scans batch
         headers from there, as Kafka's ``LogSegment.translateOffset``.
         """
-        entry_position = self._indexes.offset_index.lookup(offset).position
         with self.open_reader() as reader:
+            entry_position = self._checked_position(
+                reader, self._indexes.offset_index.lookup(offset)
+            )
             return reader.position_of(offset, max(entry_position, start_position))
 
     def read_next_offset(self) -> int:
         """The offset after the last batch, or ``base_offset`` when the segment is empty."""
         with self.open_reader() as reader:
-            start = self._indexes.offset_index.last_entry().position
+            start = self._checked_position(reader, self._indexes.offset_index.last_entry())
             return reader.next_offset(start, self._base_offset)
+
+    def _checked_position(self, reader: SegmentReader, entry: OffsetPosition) -> int:
+        """``entry.position`` if the batch there ends at ``entry.offset``, else 0 (scan it all).
+
+        An index is trusted after a clean shutdown when it passes its sanity check,
+        but a plausible index can still be wrong (an entry at another batch's
+        start).  Every lookup reads the header at the entry's position anyway, so
+        checking it costs nothing, and a wrong entry costs a longer scan, never
+        a wrong read.  (Kafka indexes a batch by its last offset.)
+        """
+        if entry.position == 0:
+            return 0
+        try:
+            header = next(iter(reader.headers(entry.position)), None)
+        except ChangelogError:  # not even a batch boundary
+            header = None
+        if header is not None and header[1].last_offset == entry.offset:
+            return entry.position
+        logger.warning(
+            "%soffset index entry (%s, %s) does not point at the batch ending at that offset;"
+            " scanning the segment instead (delete the .index file to have it rebuilt at the next open)",
+            self._prefix,
+            entry.offset,
+            entry.position,
+        )
+        return 0
 
     def find_offset_by_timestamp(self, timestamp_ms: int) -> int | None:
         """Offset of the first record whose timestamp is ``>= timestamp_ms``, or ``None``.

@@ -206,13 +206,61 @@ class SegmentReader:
             yield position, header
             position += header.size_in_bytes
 
-    def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    def batches(
+        self, start_position: int = 0, *, upper_bound: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader, bytes]]:
         """Yield ``(position, header, batch bytes)`` from ``start_position``, CRC-validated.
 
         Reads in chunks of about 1 MiB.  A torn or corrupt batch raises
         :class:`CorruptRecordError` naming the file and the batch's position:
         its length is checked first, then its CRC, then anything under the CRC.
+
+        The base offset is outside the CRC (as in Kafka), so offsets are checked
+        by their order before a batch is yielded: each batch must start above
+        the previous batch's last offset and end below the next batch's base
+        offset and below ``upper_bound`` (the next segment's base offset, when
+        there is one).  A batch is therefore held back until the next one is
+        read.  When two neighbours overlap, the one inconsistent with the
+        batches before it is named.
         """
+        pending: tuple[int, BatchHeader, bytes] | None = None
+        floor = self.base_offset - 1  # the last offset before ``pending``
+        framed = self._framed_batches(start_position)
+        while True:
+            try:
+                item = next(framed, None)
+            except CorruptRecordError:
+                # A torn or corrupt batch ends the valid prefix; the batch before it
+                # is still good (recovery truncates right after it), so yield it first.
+                if pending is not None:
+                    yield pending
+                raise
+            if item is None:
+                break
+            header = item[1]
+            if pending is not None:
+                if header.base_offset <= pending[1].last_offset:
+                    bad = pending if header.base_offset > floor else item
+                    raise self._order_error(bad, "overlaps the offsets of its neighbour")
+                floor = pending[1].last_offset
+                yield pending
+            pending = item
+        if pending is not None:
+            if upper_bound is not None and pending[1].last_offset >= upper_bound:
+                raise self._order_error(pending, f"runs into the next segment (base {upper_bound})")
+            yield pending
+
+    def _order_error(self, item: tuple[int, BatchHeader, bytes], reason: str) -> CorruptRecordError:
+        position, header, _ = item
+        return CorruptRecordError(
+            self.path,
+            position,
+            f"batch offsets {header.base_offset}..{header.last_offset} are out of order: {reason}"
+            " (the base offset is not covered by the CRC)",
+        )
+
+    def _framed_batches(self, start_position: int) -> Iterator[tuple[int, BatchHeader, bytes]]:
+        """Every CRC-validated batch from ``start_position``, offsets unchecked."""
         position = start_position
         end = self.end_position
         buf = b""

@@ -107,10 +107,13 @@ class StoreConfig:
     ``max.poll.records`` plays this role: 1,000)."""
 
     flush_interval_records: int = attrs.field(default=100_000, validator=_at_least(1))
-    """Flush RocksDB's memtables after this many committed records.  With WAL off
-    only flushed data survives a crash, so this is how far the applied offset
-    (and, with ``incremental`` restore, the cleaning barrier) trails the
-    changelog; Kafka Streams checkpoints every 10,000 records under EOS."""
+    """With ``incremental`` restore: start a RocksDB flush (in the background) after
+    this many committed records, and raise the changelog's cleaning barrier once
+    it is on disk.  With WAL off only flushed data survives a crash, so this is
+    about how far the durable applied offset (and the cleaning barrier) trails the
+    changelog; Kafka Streams checkpoints every 10,000 records under EOS.  Unused
+    with ``full`` restore, which deletes RocksDB at every open: there RocksDB
+    flushes only when its memtables are full, and at close."""
 
 
 @attrs.frozen(kw_only=True)

@@ -15,11 +15,13 @@ Invariants:
 * Every write is one ``WriteBatch`` with RocksDB's WAL off (the changelog is
   the WAL) that carries the data *and* the applied offset it reaches, so any
   state RocksDB persists is a whole-batch prefix of the writes, offset included.
-* ``atomic_flush`` is on, so the two column families are flushed together;
-  :meth:`RocksDBEngine.flush` additionally flushes the data before the
-  metadata.  After a crash, the stored applied offset is therefore never ahead
-  of the data (replaying from an older offset is idempotent: the log holds
-  only puts and tombstones).
+* ``atomic_flush`` is on, so RocksDB's own flushes (a full memtable) flush the
+  two column families together; :meth:`RocksDBEngine.flush` flushes the data
+  before the metadata, and :meth:`RocksDBEngine.persist_applied_offset` (the
+  one write of an applied offset without data) persists only an offset whose
+  data its caller has seen on disk.  After a crash, the stored applied offset
+  is therefore never ahead of the data (it may be behind: replaying from an
+  older offset is idempotent, the log holds only puts and tombstones).
 * Options are built from a :class:`~statestore.config.RocksDBConfig` on every
   open; nothing is read back from the OPTIONS file.
 
@@ -107,6 +109,11 @@ class RocksDBEngine:
         self._config = config
         self._label = label
         self._meta = db.get_column_family_handle(META_COLUMN_FAMILY)
+        # Kept for the engine's lifetime: dropping or closing a column family's
+        # Rdict flushes it (rocksdict), which could persist an applied offset
+        # ahead of unflushed data.  Released in close() after the data flush or
+        # after RocksDB's background work is cancelled.
+        self._meta_db = db.get_column_family(META_COLUMN_FAMILY)
         self._write_options = rocksdict.WriteOptions()
         # a property at run time, a method in rocksdict's stubs
         self._write_options.disable_wal = True  # type: ignore[method-assign,assignment]
@@ -164,11 +171,7 @@ class RocksDBEngine:
     def applied_offset(self) -> int | None:
         """The next changelog offset to apply, as stored with the data (``None``: never written)."""
         try:
-            meta = self._db.get_column_family(META_COLUMN_FAMILY)
-            try:
-                raw = meta.get(_APPLIED_OFFSET_KEY)
-            finally:
-                meta.close()
+            raw = self._meta_db.get(_APPLIED_OFFSET_KEY)
         except Exception as exc:
             raise StoreEngineError(self._path, "read applied offset", str(exc)) from exc
         if raw is None:
@@ -228,15 +231,55 @@ class RocksDBEngine:
         except Exception as exc:
             raise StoreEngineError(self._path, "property", str(exc)) from exc
 
+    def request_data_flush(self) -> None:
+        """Seal the data column family's memtable and flush it in the background (no wait).
+
+        The sealed memtable holds every write made before this call; the
+        metadata column family (the applied offset) is not flushed.
+        """
+        try:
+            self._db.flush(False)
+        except Exception as exc:
+            raise StoreEngineError(self._path, "flush", str(exc)) from exc
+
+    def data_flush_pending(self) -> bool:
+        """Whether the data column family still has a sealed memtable that is not on disk.
+
+        ``False`` means every write made before the last
+        :meth:`request_data_flush` (or any earlier seal) is in SST files.
+        """
+        try:
+            sealed = self._db.property_int_value("rocksdb.num-immutable-mem-table")
+        except Exception as exc:
+            raise StoreEngineError(self._path, "property", str(exc)) from exc
+        return bool(sealed)
+
+    def persist_applied_offset(self, durable: int, *, current: int) -> None:
+        """Make ``durable`` the applied offset on disk, then restore ``current`` in memory.
+
+        The caller guarantees that the data up to ``durable`` is already on disk
+        (see :meth:`data_flush_pending`), so the flushed offset is never ahead of
+        the flushed data (it may be behind: replaying again is idempotent).
+        Writes ``durable``, flushes the metadata column family (a few bytes)
+        and waits, then writes ``current`` (the applied offset of the data
+        written since), which the next flush persists.
+        """
+        durable_batch = rocksdict.WriteBatch(raw_mode=True)
+        durable_batch.put(_APPLIED_OFFSET_KEY, _OFFSET.pack(durable), self._meta)
+        current_batch = rocksdict.WriteBatch(raw_mode=True)
+        current_batch.put(_APPLIED_OFFSET_KEY, _OFFSET.pack(current), self._meta)
+        try:
+            self._db.write(durable_batch, self._write_options)
+            self._meta_db.flush(True)
+            self._db.write(current_batch, self._write_options)
+        except Exception as exc:
+            raise StoreEngineError(self._path, "flush applied offset", str(exc)) from exc
+
     def flush(self) -> None:
         """Flush the memtables to SST files and wait: data first, then the metadata."""
         try:
             self._db.flush(True)
-            meta = self._db.get_column_family(META_COLUMN_FAMILY)
-            try:
-                meta.flush(True)
-            finally:
-                meta.close()
+            self._meta_db.flush(True)
         except Exception as exc:
             raise StoreEngineError(self._path, "flush", str(exc)) from exc
 
@@ -261,20 +304,20 @@ class RocksDBEngine:
             return
         self._closed = True
         db, self._db = self._db, None
+        meta_db, self._meta_db = self._meta_db, None
         self._meta = None
         self._get = None
         try:
             if flush:
                 db.flush(True)
-                meta = db.get_column_family(META_COLUMN_FAMILY)
-                meta.flush(True)
-                meta.close()
+                meta_db.flush(True)
             # Stops compactions and (having flushed) releases the LOCK file as soon
             # as the handle is dropped; close() then reports "shutdown in progress".
             db.cancel_all_background(True)
         except Exception as exc:
             raise StoreEngineError(self._path, "close", str(exc)) from exc
         finally:
+            del meta_db  # after the cancel (or the flush): its flush-on-drop is harmless
             try:
                 db.close()
             except Exception as exc:  # noqa: BLE001 - expected after cancel_all_background

@@ -6,20 +6,29 @@ Commit protocol (one partition; the changelog is the source of truth):
    changelog; under the default flush policy the append fsyncs before it
    returns, so from here the commit is acknowledged and durable;
 2. apply the same writes and the new applied offset (the log end offset after
-   the append) to RocksDB in one ``WriteBatch`` with the WAL off.  For commits
-   of at least :data:`PIPELINE_MIN_RECORDS` records, step 1 runs on the
-   partition's appender thread and step 2 starts as soon as the batch is in
-   the log (the log end offset has moved past it) while its fsync runs:
-   fsync releases the GIL, the RocksDB write holds it, so they overlap.
-   ``commit()`` still returns only after the fsync.  RocksDB may thus hold a
-   batch a moment before the changelog has made it durable; that is safe
-   because RocksDB's WAL is off (nothing of it survives a crash unless
-   flushed, and our flushes happen after the fsync), and should a background
-   memtable flush persist it before a power cut took the batch, the stored
-   applied offset is beyond the log end offset and the next open rebuilds;
-3. every ``flush_interval_records`` committed records, flush RocksDB and
-   raise the changelog's cleaning barrier to the flushed applied offset (only
-   with ``incremental`` restore).
+   the append) to RocksDB in one ``WriteBatch`` with the WAL off;
+3. (``incremental`` restore only) every ``flush_interval_records`` committed
+   records, raise the changelog's cleaning barrier to an applied offset that
+   RocksDB has made durable, without waiting on the commit path:
+
+   a. ask RocksDB to flush the data column family and return at once; the
+      memtable it seals holds every write up to the applied offset ``X`` of
+      the commit that asked;
+   b. at a later commit, once RocksDB has no immutable memtable left (the
+      sealed one is on disk), write ``X`` as the applied offset, flush the
+      metadata column family (a few bytes, waited for), write the current
+      applied offset back, and raise the cleaning barrier to ``X``.  Were
+      the flush still running when the next interval is due, a waited flush
+      of both column families (:meth:`LoggedPartition.flush`) is done instead.
+
+   Under ``full`` restore RocksDB is deleted at every open, so nothing that
+   it persists is ever used: step 3 is skipped and RocksDB flushes its
+   memtables only when they are full (and at close).
+
+Steps 1 and 2 run one after the other on the caller's thread.  (Until issue
+8 step 1 ran on a helper thread so that its fsync overlapped step 2; on this
+2-core machine that measured 5-10% *slower* per commit, median of 200
+interleaved commits each way, so it was removed.)
 
 Recovery, matching the steps: a crash before 1 completes leaves the batch out
 of the changelog (the loader truncates a torn tail): the commit never happened.
@@ -27,7 +36,12 @@ A crash after 1 and before 2 (or before RocksDB flushed 2) leaves RocksDB
 behind the changelog: the next open replays from RocksDB's stored applied
 offset (incremental) or from the log start offset (full), either way
 reaching the committed state.  RocksDB never holds an applied offset ahead of
-its data, and replaying puts and tombstones a second time is idempotent.
+its data (3b writes ``X`` only once the data up to ``X`` is on disk), and
+replaying puts and tombstones a second time is idempotent.  Under a looser
+changelog flush policy (no fsync per append) a power cut can take a tail of
+the changelog that RocksDB has already persisted: the stored applied offset
+is then beyond the log end offset and the next open rebuilds RocksDB from the
+changelog, with a warning (:func:`statestore.restore.plan_restore`).
 
 Invariants:
 
@@ -37,13 +51,15 @@ Invariants:
   :attr:`LoggedPartition.put` can be its bound ``__setitem__``.
 * RocksDB's applied offset equals the changelog's log end offset after every
   successful commit.
+* ``_flushing_offset`` is ``None`` or the applied offset of the commit that
+  asked RocksDB for the data flush of step 3a that has not been seen to
+  finish; always ``None`` under ``full`` restore.
 * The changelog's ``cleaning_barrier_offset`` (incremental restore only) is
   never above the applied offset RocksDB has flushed to disk.
 
 Thread-safety: not thread-safe.  A store partition is used by one thread at
 a time (as Kafka Streams' stores are used by their stream thread); the caller
-serializes access.  Its appender thread (a one-worker executor, shut down at
-close) runs only ``changelog.append`` for a commit that waits for it.  The background cleaner touches only the changelog, which
+serializes access.  The background cleaner touches only the changelog, which
 is thread-safe on its own.
 """
 
@@ -51,9 +67,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent import futures
 from typing import Any, Final, NoReturn
 
 from changelog.errors import (
@@ -66,16 +80,11 @@ from changelog.log import Log
 from statestore.engine import RocksDBEngine
 from statestore.errors import CommitFailedError, StoreEngineError
 
-__all__ = ["PIPELINE_MIN_RECORDS", "LoggedPartition"]
+__all__ = ["LoggedPartition"]
 
 logger = logging.getLogger(__name__)
 
 _MISSING: Final[Any] = object()
-
-PIPELINE_MIN_RECORDS: Final = 64
-"""Commits of at least this many records overlap the RocksDB write with the changelog fsync."""
-
-_POLL_INTERVAL_S: Final = 0.00005
 
 
 class LoggedPartition:
@@ -107,7 +116,7 @@ class LoggedPartition:
         self._flush_interval_records = flush_interval_records
         self._hold_cleaning_barrier = hold_cleaning_barrier
         self._unflushed_records = 0
-        self._executor: futures.ThreadPoolExecutor | None = None
+        self._flushing_offset: int | None = None
         self.failed = False
 
     # ------------------------------------------------------------------ reads
@@ -178,36 +187,28 @@ class LoggedPartition:
         if not pending:
             return 0
         records = list(pending.items())
-        end = self.changelog.log_end_offset + len(records)
-        if len(records) >= PIPELINE_MIN_RECORDS:
-            applied = self._append_overlapped(records, end)
-        else:
-            self._append(records)
-            applied = False
-        pending.clear()
-        if not applied:
-            try:
-                self.engine.write(records, end)
-            except StoreEngineError:
-                self.failed = True
-                raise
-        self._unflushed_records += len(records)
-        if self._unflushed_records >= self._flush_interval_records:
-            self.flush()
-        return len(records)
-
-    def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
         try:
-            self.changelog.append(records)
+            info = self.changelog.append(records)
         except Exception as exc:  # noqa: BLE001 - mapped to CommitFailedError below
-            self._raise_append_error(exc, rocksdb_ahead=False)
+            self._raise_append_error(exc)
+        pending.clear()
+        count = len(records)
+        applied = info.last_offset + 1
+        try:
+            self.engine.write(records, applied)
+        except StoreEngineError:
+            self.failed = True
+            raise
+        if self._hold_cleaning_barrier:
+            self._unflushed_records += count
+            if self._flushing_offset is not None:
+                self._finish_flush(applied)
+            if self._unflushed_records >= self._flush_interval_records:
+                self._start_flush(applied)
+        return count
 
-    def _raise_append_error(self, exc: BaseException, *, rocksdb_ahead: bool) -> NoReturn:
-        if not isinstance(exc, Exception):
-            raise exc  # a simulated crash (or KeyboardInterrupt) passes through untouched
-        if not rocksdb_ahead and isinstance(
-            exc, RecordTooLargeError | InvalidRecordError | LogClosedError
-        ):
+    def _raise_append_error(self, exc: Exception) -> NoReturn:
+        if isinstance(exc, RecordTooLargeError | InvalidRecordError | LogClosedError):
             raise CommitFailedError(
                 self.store, self.partition, written=False, detail=str(exc)
             ) from exc
@@ -218,42 +219,34 @@ class LoggedPartition:
             ) from exc
         raise exc
 
-    def _append_overlapped(self, records: list[tuple[bytes, bytes | None]], end: int) -> bool:
-        """Step 1 on the appender thread; step 2 here as soon as the batch is in the log.
+    def _start_flush(self, applied_offset: int) -> None:
+        """Step 3a: ask RocksDB to flush the data up to ``applied_offset``, without waiting."""
+        if self._flushing_offset is not None:  # the last one is still running: wait this time
+            logger.debug("%s RocksDB flush still running; flushing and waiting", self._label)
+            self.flush()
+            return
+        self.engine.request_data_flush()
+        self._flushing_offset = applied_offset
+        self._unflushed_records = 0
 
-        Returns whether RocksDB was written.  The changelog's fsync releases the
-        GIL, so RocksDB's write (which holds it) runs while the fsync does.
+    def _finish_flush(self, applied_offset: int) -> None:
+        """Step 3b: once the data flush of 3a is on disk, persist its offset, raise the barrier.
+
+        ``applied_offset`` is the one RocksDB holds now (restored after the flush).
         """
-        log = self.changelog
-        future = self._appender().submit(log.append, records)
-        applied = False
-        try:
-            while not future.done():
-                if log.log_end_offset >= end:  # written; the fsync is running
-                    self.engine.write(records, end)
-                    applied = True
-                    break
-                time.sleep(_POLL_INTERVAL_S)
-        except BaseException:
-            futures.wait([future])  # the append finishes (the changelog decides), then fail
-            self.failed = True
-            raise
-        error = future.exception()  # waits for the fsync
-        if error is not None:
-            self._raise_append_error(error, rocksdb_ahead=applied)
-        return applied
-
-    def _appender(self) -> futures.ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"{self.store}-{self.partition}-append"
-            )
-        return self._executor
+        durable = self._flushing_offset
+        if durable is None or self.engine.data_flush_pending():
+            return
+        self.engine.persist_applied_offset(durable, current=applied_offset)
+        self._flushing_offset = None
+        self.changelog.cleaning_barrier_offset = durable
+        logger.debug("%s RocksDB flushed; cleaning barrier at %s", self._label, durable)
 
     def flush(self) -> None:
-        """Flush RocksDB and (incremental restore) raise the cleaning barrier to what is durable."""
+        """Flush RocksDB and wait; (incremental restore) raise the cleaning barrier to the end."""
         self.engine.flush()
         self._unflushed_records = 0
+        self._flushing_offset = None
         if self._hold_cleaning_barrier:
             self.changelog.cleaning_barrier_offset = self.changelog.log_end_offset
             logger.debug(
@@ -269,9 +262,6 @@ class LoggedPartition:
                 len(self._pending),
             )
             self._pending.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
         self.engine.close(flush=flush and not self.failed)
 
 

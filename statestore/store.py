@@ -49,7 +49,7 @@ from statestore.errors import (
     StateStoreError,
     StoreEngineError,
 )
-from statestore.serdes import MsgpackSerde, Serde, StringSerde
+from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
 
 __all__ = ["KeyValueStore"]
 
@@ -76,6 +76,11 @@ def _fast_serialize(serde: Serde[Any]) -> Callable[[Any], bytes]:
     if type(serde) is MsgpackSerde:
         return serde.pack
     return serde.serialize
+
+
+def _is_bytes_serde(serde: Serde[Any]) -> bool:
+    """Exactly :class:`BytesSerde` (a subclass may serialize differently)."""
+    return type(serde) is BytesSerde
 
 
 def _fast_deserialize(serde: Serde[Any]) -> Callable[[bytes], Any]:
@@ -105,6 +110,8 @@ class KeyValueStore(Generic[K, V]):
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._ser_key = _fast_serialize(key_serde)
+        self._bytes_keys = _is_bytes_serde(key_serde)
+        """``bytes`` keys are their own serialized form: put/get skip the serde call for them."""
         self._ser_value = _fast_serialize(value_serde)
         self._de_key: Callable[[bytes], K] = _fast_deserialize(key_serde)
         self._de_value: Callable[[bytes], V] = _fast_deserialize(value_serde)
@@ -226,13 +233,10 @@ class KeyValueStore(Generic[K, V]):
         """The value of ``key`` (uncommitted writes included), or ``default``."""
         if self._state is not _OPEN:
             raise self._not_open("get")
-        if key is None:
-            raise SerializationError(self._name, "key", "NoneType", "keys must not be None")
-        try:
-            key_bytes = self._ser_key(key)
-        except Exception as exc:
-            raise SerializationError(self._name, "key", type(key).__name__, str(exc)) from exc
-        data = self._inner_get(key_bytes)
+        if type(key) is bytes and self._bytes_keys:
+            data = self._inner_get(key)  # type: ignore[arg-type]  # K is bytes here
+        else:
+            data = self._inner_get(self._key_bytes(key))
         if data is None:
             return default
         try:
@@ -347,16 +351,15 @@ class KeyValueStore(Generic[K, V]):
     def put(self, key: K, value: V | None) -> None:
         """Set ``key`` to ``value`` (``None`` deletes it) at the next commit.
 
-        The hot path: serialization and the size check are inlined.
+        The hot path: serialization and the size check are inlined, and a
+        ``bytes`` key under :class:`~statestore.serdes.BytesSerde` is used as is.
         """
         if self._state is not _OPEN:
             raise self._not_open("put")
-        if key is None:
-            raise SerializationError(self._name, "key", "NoneType", "keys must not be None")
-        try:
-            key_bytes = self._ser_key(key)
-        except Exception as exc:
-            raise SerializationError(self._name, "key", type(key).__name__, str(exc)) from exc
+        if type(key) is bytes and self._bytes_keys:
+            key_bytes: bytes = key  # type: ignore[assignment]  # K is bytes here
+        else:
+            key_bytes = self._key_bytes(key)
         if value is None:
             self._inner_put(key_bytes, None)
             return

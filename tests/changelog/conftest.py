@@ -51,6 +51,7 @@ def small_config() -> LogConfig:
         segment_index_bytes=1024,
         file_delete_delay_ms=0,
         retention_ms=-1,
+        cleanup_policy="delete",  # a plain partition: keyless records are allowed (not when compacted)
     )
 
 

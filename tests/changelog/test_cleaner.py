@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -398,9 +398,10 @@ def test_batches_that_lose_nothing_are_copied_byte_for_byte(tmp_path: Path, cloc
 
 
 def test_keyless_records_are_dropped_and_counted(tmp_path: Path, clock: Clock) -> None:
-    with open_log(tmp_path, clock) as log:
+    with open_log(tmp_path, clock, cleanup_policy="delete") as log:  # a compacted log refuses them
         log.append([(None, b"x"), (b"a", b"1")])
         log.roll()
+    with open_log(tmp_path, clock) as log:  # e.g. a topic whose policy was changed to compact
         stats = log.clean(force=True)
         assert stats is not None and stats.invalid_records == 1
         assert contents(log) == [(1, b"a", b"1")]
@@ -499,19 +500,47 @@ def _build(path: Path, clock: Clock) -> list[tuple[int, bytes | None, bytes | No
         return contents(log)
 
 
-def _count_steps(path: Path, clock: Clock) -> tuple[list[str], list[Any]]:
+def _build_with_untouched_middle(
+    path: Path, clock: Clock
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Three one-segment groups: the first and last lose records, the middle one nothing."""
+    keys = [b"a0", b"a1", b"a0", b"a1", b"b0", b"b1", b"b2", b"b3", b"c0", b"c0", b"c1", b"c1"]
+    with open_log(path, clock, segment_bytes=300) as log:
+        for i, key in enumerate(keys):
+            log.append([(key, b"v%d" % i)])  # three segments of four batches
+        log.roll()
+        return contents(log)
+
+
+def _count_steps(path: Path, clock: Clock) -> tuple[list[str], list[Any], Any]:
     steps: list[str] = []
     with open_log(path, clock, segment_bytes=300) as log:
         with files.inject_faults(lambda step, _path: steps.append(step)):
-            log.clean(force=True)
-        return steps, contents(log)
+            stats = log.clean(force=True)
+        return steps, contents(log), stats
 
 
-def test_crash_after_every_step_leaves_old_or_new(tmp_path: Path, clock: Clock) -> None:
+def test_a_pass_with_an_untouched_group_between_rewritten_ones_swaps_once(
+    tmp_path: Path, clock: Clock
+) -> None:
+    old = _build_with_untouched_middle(tmp_path, clock)
+    steps, new, stats = _count_steps(tmp_path, clock)
+    assert stats.segments_rewritten == 2 and stats.segments_untouched == 1
+    assert stats.groups_swapped == 2
+    assert steps.count("replace.fsync_dir") == 1  # S6 once: one replace_segments call
+    kept = [b"a0", b"a1", b"b0", b"b1", b"b2", b"b3", b"c0", b"c1"]
+    assert [key for _offset, key, _value in new] == kept
+    assert [entry for entry in old if entry[1] and entry[1].startswith(b"b")] == new[2:6]
+
+
+@pytest.mark.parametrize("build", [_build, _build_with_untouched_middle])
+def test_crash_after_every_step_leaves_old_or_new(
+    tmp_path: Path, clock: Clock, build: Callable[[Path, Clock], Any]
+) -> None:
     template = tmp_path / "template"
-    old = _build(template, clock)
+    old = build(template, clock)
     shutil.copytree(template, tmp_path / "probe")
-    steps, new = _count_steps(tmp_path / "probe", clock)
+    steps, new, _stats = _count_steps(tmp_path / "probe", clock)
     assert len(steps) > 10 and new != old
     assert "segment.rename" in steps and "replace.fsync_dir" in steps
     outcomes = set()

@@ -6,6 +6,7 @@ the threaded ones start real workers and wait on observable results.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -15,8 +16,15 @@ from typing import Any
 import attrs
 import pytest
 
+from changelog import cleaner_worker
 from changelog.cleaner_manager import log_to_clean
-from changelog.cleaner_service import CleanerService, Throttler, WorkerMode, clean_in_process
+from changelog.cleaner_service import (
+    WORKER_NICENESS,
+    CleanerService,
+    Throttler,
+    WorkerMode,
+    clean_in_process,
+)
 from changelog.config import CleanerConfig, LogConfig
 from changelog.errors import ChangelogError, CorruptRecordError
 from changelog.log import Log
@@ -282,4 +290,25 @@ def test_worker_process_reports_corruption_with_path_and_position(tmp_path: Path
     assert info.value.path == segment.log_path
     assert info.value.position == second
     assert not list(log.dir.glob("*.cleaned"))
+    log.close()
+
+
+def test_worker_process_runs_at_a_lower_cpu_priority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    log = open_log(tmp_path, "nice-0", clock)
+    fill(log, 5, 3)
+    replies: list[dict[str, Any]] = []
+    original = cleaner_worker._wait
+
+    def spy(*args: Any) -> dict[str, Any]:
+        reply = original(*args)
+        replies.append(reply)
+        return reply
+
+    monkeypatch.setattr(cleaner_worker, "_wait", spy)
+    to_clean = log_to_clean(log, now_ms=clock.now, force=True)
+    clean_in_process(to_clean, config=SMALL, now_ms=clock.now)
+    assert replies[0]["niceness"] == min(os.nice(0) + WORKER_NICENESS, 19)
     log.close()

@@ -322,17 +322,22 @@ def test_swap_files_complete_the_replace(
     assert not any(n.endswith((".swap", ".deleted")) for n in names)
 
 
-def test_log_start_past_log_end_starts_over(
+def test_log_start_checkpoint_past_log_end_is_ignored_and_data_kept(
     log_dir: Path, small_config: LogConfig, clock: FakeClock
 ) -> None:
+    # Kafka deletes every segment here (its DeleteRecords can move the log start past a
+    # replica's end); nothing of ours can, so such a checkpoint is damage: keep the data.
     build(log_dir, small_config, clock, clean=True)
+    with Log.open(log_dir, small_config, clock) as log:
+        before = state(log)
+        end = log.log_end_offset
+        first_base = log.segments[0].base_offset
     write_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, "changelog", 0, 5000)
     with Log.open(log_dir, small_config, clock) as log:
-        assert (log.log_start_offset, log.log_end_offset) == (5000, 5000)
-        assert [s.base_offset for s in log.segments] == [5000]
-        assert state(log) == []
+        assert (log.log_start_offset, log.log_end_offset) == (first_base, end)
+        assert state(log) == before
         log.append(records(0, 1))
-        assert log.log_end_offset == 5001
+        assert log.log_end_offset == end + 1
 
 
 # ----------------------------------------------------------------- crash injection
@@ -363,6 +368,32 @@ def _replace_first_two(log: Log) -> None:
     log.replace_segments([new], old)
 
 
+def _replace_first_and_third(log: Log) -> None:
+    """One replace of two non-adjacent segments (the second stays): loader pass L4 per swap."""
+    old = [log.segments[0], log.segments[2]]
+    new = []
+    for segment in old:
+        cleaned = LogSegment.create(
+            log.dir, segment.base_offset, config=log.config, file_suffix=files.CLEANED_SUFFIX
+        )
+        for position, header, data in segment.batches():
+            kept = [
+                r
+                for r in decode_records(data, path=segment.log_path, position=position)
+                if r.offset % 2
+            ]
+            cleaned.append(
+                encode_records(
+                    kept, base_offset=header.base_offset, last_offset_delta=header.last_offset_delta
+                ),
+                largest_offset=header.last_offset,
+                largest_timestamp_ms=header.max_timestamp,
+                offset_of_max_timestamp=header.last_offset,
+            )
+        new.append(cleaned)
+    log.replace_segments(new, old)
+
+
 def _append_rolling(log: Log) -> None:
     """One append too big for what is left of the active segment: roll, then append."""
     before = len(log.segments)
@@ -375,6 +406,7 @@ OPERATIONS: dict[str, Operation] = {
     "append_with_roll": _append_rolling,
     "roll": lambda log: log.roll(),
     "replace_segments": _replace_first_two,
+    "replace_non_adjacent_segments": _replace_first_and_third,
     "close": lambda log: log.close(),
     "truncate": lambda log: log.truncate_to(40),
 }
@@ -390,7 +422,8 @@ def _runs(template: Path, tmp_path: Path) -> Iterator[tuple[int, Path]]:
 @pytest.mark.parametrize(
     ("name", "delete_delay_ms"),
     [(name, 0) for name in sorted(OPERATIONS)]
-    + [("replace_segments", 60_000), ("truncate", 60_000)],
+    + [("replace_segments", 60_000), ("replace_non_adjacent_segments", 60_000)]
+    + [("truncate", 60_000)],
 )
 def test_crash_after_every_step_leaves_before_or_after(
     tmp_path: Path, small_config: LogConfig, clock: FakeClock, name: str, delete_delay_ms: int

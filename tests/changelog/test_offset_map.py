@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import tracemalloc
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
 from changelog.errors import InvalidConfigError
-from changelog.offset_map import SLOT_BYTES, OffsetMap, _is_prime
+from changelog.offset_map import SLOT_BYTES, OffsetMap, key_hashes
 
 
 def test_basic_put_and_get() -> None:
@@ -42,14 +45,45 @@ def test_clear_empties_but_keeps_memory() -> None:
     assert offset_map.slots == slots
 
 
-def test_memory_is_bounded_by_the_configured_size() -> None:
+def test_entry_budget_follows_the_configured_size() -> None:
     for memory in (1024, 4096, 10_000, 1 << 20):
         offset_map = OffsetMap(memory)
         assert offset_map.memory_bytes <= memory
-        assert offset_map.slots * SLOT_BYTES <= memory
-        assert _is_prime(offset_map.slots)
-        # the largest prime below the limit: no more than a small gap is wasted
-        assert offset_map.slots > memory // SLOT_BYTES - 200
+        assert offset_map.slots == memory // SLOT_BYTES
+        assert offset_map.capacity == int(offset_map.slots * 0.9)
+
+
+def test_a_full_map_stays_within_its_memory_budget() -> None:
+    """Measured, not assumed: the dict, its hash ints and offset ints, and the resize peak."""
+    memory = 1 << 20
+    offset_map = OffsetMap(memory, load_factor=1.0)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        offset = 10**9  # offsets above the small-int cache, like a long-lived log's
+        inserted = 0
+        while not offset_map.is_full:
+            keys = [b"user:%012d" % (inserted + i) for i in range(1000)]
+            offsets = list(range(offset, offset + len(keys)))
+            inserted += offset_map.put_batch(keys, offsets)
+            offset += len(keys)
+            del keys, offsets
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert offset_map.size == offset_map.capacity == memory // SLOT_BYTES
+    # one batch of 1,000 keys and their offsets (~100 KB) is the only other allocation
+    assert peak <= memory + 150_000
+
+
+def test_hash_is_96_bits_and_injective_on_its_two_halves() -> None:
+    keys = [b"", b"a", b"b", b"user:1", bytes(100)]
+    hashes = key_hashes(keys)
+    assert len(set(hashes)) == len(keys)
+    for key, hashed in zip(keys, hashes, strict=True):
+        assert hashed & 0xFFFFFFFF == crc32c(key)
+        assert hashed >> 32 == hash(key)
+        assert -(2**95) <= hashed < 2**95
 
 
 def test_fills_to_capacity_then_stops_mid_batch() -> None:
@@ -83,7 +117,7 @@ def test_update_latest_offset_never_moves_back() -> None:
     assert offset_map.latest_offset == 10
 
 
-def test_full_map_with_probe_collisions_finds_every_key() -> None:
+def test_full_map_finds_every_key() -> None:
     rng = random.Random(7)
     offset_map = OffsetMap(SLOT_BYTES * 1009, load_factor=1.0)
     keys = list({rng.randbytes(rng.randint(0, 40)) for _ in range(1009)})

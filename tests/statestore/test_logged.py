@@ -6,6 +6,8 @@ and a real RocksDB engine; "inner" below is the engine, "the changelog" the Log.
 
 from __future__ import annotations
 
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,7 +129,7 @@ def test_items_merges_pending_writes(logged: LoggedPartition) -> None:
     assert list(logged.items(b"b", b"f")) == [(b"b", b"2"), (b"e", b"6")]
 
 
-@pytest.mark.parametrize("count", [1, 200])  # sequential and overlapped (fsync || RocksDB) paths
+@pytest.mark.parametrize("count", [1, 200])  # one record and a large batch
 def test_rocksdb_failure_after_the_append_fails_the_partition_and_keeps_the_commit(
     logged: LoggedPartition, count: int
 ) -> None:
@@ -155,3 +157,127 @@ def test_simulated_crash_in_the_append_propagates_unwrapped(
     with pytest.raises(files.SimulatedCrash), files.inject_faults(die):
         logged.commit()
     assert logged.engine.get(b"k0") is None  # RocksDB never saw a batch the log did not take
+
+
+def _partition(tmp_path: Path, *, hold_cleaning_barrier: bool, interval: int) -> LoggedPartition:
+    log = Log.open(tmp_path / "kv-changelog-0", config=LogConfig())
+    engine = RocksDBEngine.open(tmp_path / "kv-rocksdb-0", config=RocksDBConfig(), cache=None)
+    return LoggedPartition(
+        store="kv",
+        partition=0,
+        changelog=log,
+        engine=engine,
+        flush_interval_records=interval,
+        hold_cleaning_barrier=hold_cleaning_barrier,
+    )
+
+
+def _close(part: LoggedPartition) -> None:
+    part.close()
+    part.changelog.close()
+
+
+def _wait_for_data_flush(part: LoggedPartition) -> None:
+    deadline = time.monotonic() + 30
+    while part.engine.data_flush_pending():
+        assert time.monotonic() < deadline, "RocksDB flush did not finish"
+        time.sleep(0.01)
+
+
+def _on_disk_copy(part: LoggedPartition, tmp_path: Path, name: str) -> RocksDBEngine:
+    """What a ``kill -9`` now would leave of RocksDB (WAL off: the SST files only).
+
+    Copied once no flush or compaction runs (a copy taken mid-flush could pair a
+    new MANIFEST with a missing SST file); a running flush changes nothing on
+    disk until it commits, so this is a state a crash could leave.
+    """
+    _wait_for_data_flush(part)
+    db = part.engine._db
+    deadline = time.monotonic() + 30
+    while db.property_int_value("rocksdb.num-running-flushes") or db.property_int_value(
+        "rocksdb.num-running-compactions"
+    ):
+        assert time.monotonic() < deadline, "RocksDB background work did not finish"
+        time.sleep(0.01)
+    copy = tmp_path / name
+    shutil.copytree(part.engine.path, copy, ignore=shutil.ignore_patterns("LOCK"))
+    return RocksDBEngine.open(copy, config=RocksDBConfig(), cache=None)
+
+
+def test_full_restore_partition_never_flushes_on_the_commit_path(tmp_path: Path) -> None:
+    part = _partition(tmp_path, hold_cleaning_barrier=False, interval=1)
+    calls: list[str] = []
+    part.engine.flush = lambda: calls.append("flush")  # type: ignore[method-assign]
+    part.engine.request_data_flush = lambda: calls.append("request")  # type: ignore[method-assign]
+    try:
+        for i in range(5):
+            part.put(b"k%d" % i, b"v")
+            part.commit()
+        assert calls == []
+        assert part.changelog.cleaning_barrier_offset is None
+    finally:
+        _close(part)
+
+
+def test_incremental_flush_raises_the_barrier_only_once_the_data_is_on_disk(
+    tmp_path: Path,
+) -> None:
+    part = _partition(tmp_path, hold_cleaning_barrier=True, interval=100)
+    part.changelog.cleaning_barrier_offset = 0
+    try:
+        part.put_many([(b"a%03d" % i, b"v") for i in range(100)])
+        part.commit()  # asks RocksDB to flush the data up to applied offset 100
+        assert part.changelog.cleaning_barrier_offset == 0  # not known durable yet
+        _wait_for_data_flush(part)
+        part.put(b"b", b"v")
+        part.commit()  # sees the flush done: persists offset 100, raises the barrier
+        assert part.changelog.cleaning_barrier_offset == 100
+        assert part.engine.applied_offset() == part.changelog.log_end_offset == 101
+        copy = _on_disk_copy(part, tmp_path, "copy")
+        try:
+            assert copy.applied_offset() == 100  # on disk; b (offset 100) may or may not be
+            assert all(copy.get(b"a%03d" % i) == b"v" for i in range(100))
+        finally:
+            copy.close(flush=False)
+    finally:
+        _close(part)
+
+
+def test_incremental_flush_still_running_at_the_next_interval_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    part = _partition(tmp_path, hold_cleaning_barrier=True, interval=10)
+    part.changelog.cleaning_barrier_offset = 0
+    part.engine.data_flush_pending = lambda: True  # type: ignore[method-assign]
+    try:
+        barriers = []
+        for round_ in range(2):
+            part.put_many([(b"k%d-%d" % (round_, i), b"v") for i in range(10)])
+            part.commit()
+            barriers.append(part.changelog.cleaning_barrier_offset)
+        assert barriers == [0, 20]  # the second interval flushes and waits
+    finally:
+        _close(part)
+
+
+def test_on_disk_applied_offset_is_never_ahead_of_the_on_disk_data(tmp_path: Path) -> None:
+    """At any moment, a crash leaves RocksDB with every write below its stored applied offset."""
+    part = _partition(tmp_path, hold_cleaning_barrier=True, interval=300)
+    written: list[bytes] = []  # key of each offset
+    try:
+        for round_ in range(12):
+            keys = [b"r%02d-%03d" % (round_, i) for i in range(100)]
+            part.put_many([(key, key) for key in keys])
+            part.commit()
+            written.extend(keys)
+            copy = _on_disk_copy(part, tmp_path, f"copy-{round_}")
+            try:
+                applied = copy.applied_offset() or 0
+                assert applied <= len(written)
+                assert all(copy.get(key) == key for key in written[:applied])
+            finally:
+                copy.close(flush=False)
+            barrier = part.changelog.cleaning_barrier_offset
+            assert barrier is None or barrier <= applied or barrier == 0
+    finally:
+        _close(part)

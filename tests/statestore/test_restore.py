@@ -351,3 +351,44 @@ def test_full_restore_holds_no_cleaning_barrier(open_manager: OpenManager) -> No
     store.commit()
     store.flush()
     assert store.changelog.cleaning_barrier_offset is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rocksdb_ahead_of_the_changelog_after_a_power_cut_is_rebuilt(
+    open_manager: OpenManager, tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: RestoreMode
+) -> None:
+    """A power cut can take a changelog tail that RocksDB already persisted.
+
+    Under a looser flush policy (no fsync per append) RocksDB may flush a
+    commit whose batch never reached the disk; the stored applied offset is
+    then beyond the log end offset.  The next open must give exactly the state
+    the surviving changelog implies (a warning and a rebuild when incremental).
+    """
+    state = tmp_path / "state"
+    loose = LogConfig(segment_bytes=4096, index_interval_bytes=128, flush_messages=2**62)
+    manager = open_manager(log_config=loose)
+    store = open_bytes(manager, mode)
+    for i in range(6):
+        store[b"k%d" % i] = b"v%d" % i
+        store[b"shared"] = b"%d" % i
+        store.commit()
+    store.flush()  # RocksDB holds all 12 records and applied offset 12 on disk
+    manager.crash()
+    # The power cut: the last two commits never left the page cache.
+    with Log.open(state / "kv-changelog-0", config=loose) as log:
+        log.truncate_to(8)
+    manager = open_manager(log_config=loose)
+    with caplog.at_level(logging.WARNING):
+        store = open_bytes(manager, mode)
+    result = manager.restore_results("kv")[0]
+    assert result.rebuilt
+    assert (result.start_offset, result.end_offset) == (0, 8)
+    if mode == "incremental":
+        assert "applied offset 12 is beyond the log end offset 8" in caplog.text
+    assert dict(store.items()) == {
+        b"k0": b"v0",
+        b"k1": b"v1",
+        b"k2": b"v2",
+        b"k3": b"v3",
+        b"shared": b"3",
+    }

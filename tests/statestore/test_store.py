@@ -289,3 +289,32 @@ def test_foreign_bytes_are_a_deserialization_error(open_manager: OpenManager) ->
     assert info.value.data == b"\xc1"
     with pytest.raises(DeserializationError):
         list(typed.items())
+
+
+def test_bytes_keys_skip_the_serde_but_keep_its_rules(open_manager: OpenManager) -> None:
+    store = open_manager().store("kv", key_type=bytes, value_type=bytes)
+    store.put(b"k", b"v")
+    store.put(bytearray(b"b"), b"from a bytearray")  # copied to bytes by BytesSerde
+    store.put(memoryview(b"m"), b"from a memoryview")
+    assert store.get(b"k") == b"v"
+    assert store.get(bytearray(b"b")) == b"from a bytearray"
+    assert store[b"m"] == b"from a memoryview"
+    for bad in ("k", None, 1):
+        with pytest.raises(SerializationError):
+            store.put(bad, b"v")
+        with pytest.raises(SerializationError):
+            store.get(bad)
+    store.commit()
+    assert sorted(changelog_entries(store.changelog)) == [
+        (b"b", b"from a bytearray"),
+        (b"k", b"v"),
+        (b"m", b"from a memoryview"),
+    ]
+
+
+def test_str_keys_do_not_take_the_bytes_shortcut(open_manager: OpenManager) -> None:
+    store = open_manager().store("kv")  # StringSerde keys
+    with pytest.raises(SerializationError):
+        store.put(b"k", 1)
+    with pytest.raises(SerializationError):
+        store.get(b"k")
