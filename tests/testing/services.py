@@ -87,4 +87,7 @@ def restoring_service(state_dir: Path, reporter: Reporter) -> int | None:
     with StateManager(state_dir) as manager:
         value = manager.store("counters", value_type=int).get("a")
         reporter.mark("restored")
+        # Stay alive a while so that a kill aimed at the restore cannot miss the process
+        # when the restore wins the race (the test asserts the kill, not where it landed).
+        time.sleep(10)
         return value

@@ -47,7 +47,7 @@ def test_restart_resumes_and_random_kills_lose_nothing(crash_harness: CrashHarne
 
 def test_kill_during_restore(crash_harness: CrashHarness) -> None:
     crash_harness.run(services.counter_service, args=(300,))
-    run = crash_harness.run(services.restoring_service, kill_at_mark="restoring", kill_delay_s=0.05)
+    run = crash_harness.run(services.restoring_service, kill_at_mark="restoring", kill_delay_s=0.0)
     assert run.killed
     with crash_harness.restored("counters", value_type=int) as stores:
         assert _check_counters(stores, 299) == 299
