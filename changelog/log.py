@@ -178,7 +178,7 @@ class Log:
     ) -> None:
         """Close the log (cleanly, unless a simulated crash is unwinding)."""
         if exc_type is not None and issubclass(exc_type, files.SimulatedCrash):
-            self._abandon()
+            self.abandon()
         else:
             self.close()
 
@@ -270,7 +270,7 @@ class Log:
         except LogStorageError as exc:
             logger.exception("%sfsync failed, the log is abandoned", self._prefix)
             self._failure = exc
-            self._abandon()
+            self.abandon()
             raise
 
     def __repr__(self) -> str:
@@ -506,8 +506,12 @@ class Log:
             self._release()
             logger.info("%sclosed at log end offset %s", self._prefix, self._log_end_offset)
 
-    def _abandon(self) -> None:
+    def abandon(self) -> None:
         """Drop the log as a crash would: close descriptors and the lock, write nothing.
+
+        A public hook with two callers: the log itself after a failed fsync,
+        and :meth:`statestore.StateManager.crash` (``statestore.testing``'s
+        in-process crash).  Idempotent; thread-safe (takes ``Log.lock``).
 
         For tests that simulate ``kill -9`` in-process: whatever was not
         fsynced stays in the page cache (the next open sees it, as after a

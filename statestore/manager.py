@@ -304,7 +304,7 @@ class StateManager:
         for store in stores:
             store._crash()
             for log in store.changelogs:
-                _abandon(log)
+                log.abandon()
         self._dir_lock.release()
         logger.warning("%s crashed on purpose (no clean shutdown)", self._label)
 
@@ -356,8 +356,3 @@ def _collect(errors: list[BaseException], close: Callable[[], object]) -> None:
     except (StateStoreError, ChangelogError, OSError) as exc:
         logger.exception("error during close")
         errors.append(exc)
-
-
-def _abandon(log: Any) -> None:
-    """Let go of a log without a clean shutdown (the changelog's crash helper)."""
-    log._abandon()

@@ -556,7 +556,7 @@ def test_crash_after_every_step_leaves_old_or_new(
         log = open_log(root, clock, segment_bytes=300)
         with pytest.raises(files.SimulatedCrash), files.inject_faults(crash_at_k):
             log.clean(force=True)
-        log._abandon()
+        log.abandon()
         with open_log(root, clock, segment_bytes=300) as reopened:
             after = contents(reopened)
             assert after in (old, new), f"crash at step {k} ({steps[k]})"

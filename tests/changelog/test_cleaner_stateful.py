@@ -115,7 +115,7 @@ class CleanerMachine(RuleBasedStateMachine):
 
     @rule()
     def crash_and_reopen(self) -> None:
-        self.log._abandon()
+        self.log.abandon()
         self.log = self._open()
         self.log.cleaning_barrier_offset = self.barrier
 
@@ -182,7 +182,7 @@ class CleanerMachine(RuleBasedStateMachine):
             event("pass completed before the crash step")
         except files.SimulatedCrash:
             event("crashed mid-pass")
-        self.log._abandon()
+        self.log.abandon()
         self.log = self._open()
         self.log.cleaning_barrier_offset = self.barrier
         assert self.log.log_end_offset == end_before

@@ -62,7 +62,7 @@ def build(
     if clean:
         log.close()
     else:
-        log._abandon()
+        log.abandon()
     return content
 
 
@@ -457,7 +457,7 @@ def test_crash_after_every_step_leaves_before_or_after(
                 operation(log)
         except files.SimulatedCrash:
             crashes += 1
-            log._abandon()
+            log.abandon()
         else:
             log.close()
             shutil.rmtree(work.parent)

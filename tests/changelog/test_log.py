@@ -301,7 +301,7 @@ def test_truncate_survives_reopen(log_dir: Path, small_config: LogConfig, clock:
     with Log.open(log_dir, small_config, clock) as log:
         fill(log, 30)
         log.truncate_to(30)
-        log._abandon()
+        log.abandon()
     with Log.open(log_dir, small_config, clock) as log:
         assert log.log_end_offset == 30
         assert [o for o, _, _ in kv(log)] == list(range(30))

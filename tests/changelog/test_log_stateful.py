@@ -127,7 +127,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule()
     def crash(self) -> None:
         """kill -9: nothing is lost (the page cache survives a process crash)."""
-        self.log._abandon()
+        self.log.abandon()
         self.log = Log.open(self.dir, CONFIG, self.clock)
         self.torn_candidate = None
 
@@ -138,7 +138,7 @@ class LogMachine(RuleBasedStateMachine):
         assert self.torn_candidate is not None
         base, start, end = self.torn_candidate
         cut = data.draw(st.integers(start, end), label="cut")
-        self.log._abandon()
+        self.log.abandon()
         os.truncate(self.dir / f"{base:020d}.log", cut)
         self.log = Log.open(self.dir, CONFIG, self.clock)
         if cut < end:

@@ -69,7 +69,7 @@ def abandon_dir(directory: Path) -> int:
     """Close (as a dying process would) every descriptor on ``directory`` or below; returns how many.
 
     Call it once nothing alive refers to the crashed objects (after the
-    ``with`` block that crashed, or after ``Log._abandon()``): a garbage
+    ``with`` block that crashed, or after ``Log.abandon()``): a garbage
     collection first lets dropped readers close their own descriptors, and what
     is left belongs to garbage that will never close it.
     """

@@ -45,7 +45,7 @@ def build(directory: Path, commits: int = 40, *, clean: bool = True) -> list[Rec
     if clean:
         log.close()
     else:
-        log._abandon()  # crash: no checkpoints, no marker
+        log.abandon()  # crash: no checkpoints, no marker
         abandon_dir(directory)
     return records
 

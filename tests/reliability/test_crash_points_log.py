@@ -176,7 +176,7 @@ def _prepare_commits(
         if clean_close:
             log.close()
         else:
-            log._abandon()  # crash: no checkpoints, no marker
+            log.abandon()  # crash: no checkpoints, no marker
             abandon_dir(directory)
 
     return prepare
@@ -229,7 +229,7 @@ def _prepare_torn(n: int, config: dict[str, Any]) -> Callable[[Path, Clock], Non
         log = open_log(directory, config, clock)
         _append_commits(log, 0, n - 1)
         active = log.active_segment.log_path
-        log._abandon()  # crash: no checkpoints, no marker
+        log.abandon()  # crash: no checkpoints, no marker
         abandon_dir(directory)
         with active.open("ab") as handle:
             handle.write(b"\x00\x00\x00\x00\x00\x00\x00\x63\x00\x00\x01\x00garbage-tail")
