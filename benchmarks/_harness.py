@@ -155,7 +155,7 @@ class BenchSizes:
             range_scans=2_000,
             range_span=100,
             restore_keys=1_000_000,
-            quix_restore_keys=300_000,
+            quix_restore_keys=1_000_000,  # equal to restore_keys: same size both sides
             incremental_keys=1_000_000,
             incremental_tail=100_000,
             updates_keys=100_000,
@@ -196,7 +196,7 @@ class BenchSizes:
             range_scans=20,
             range_span=20,
             restore_keys=2_000,
-            quix_restore_keys=1_000,
+            quix_restore_keys=2_000,
             incremental_keys=2_000,
             incremental_tail=200,
             updates_keys=300,
