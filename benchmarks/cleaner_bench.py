@@ -9,7 +9,7 @@ the cleaner's and not the log builder's):
 
 - ``compaction``: a log of ``records`` records over ``keys`` distinct 16-byte keys in
   random order with ~100-byte values, in batches of 1,000, cleaned with
-  ``log.clean(force=True)`` until nothing is due, with a dedupe buffer several times
+  ``clean_log(log, force=True)`` until nothing is due, with a dedupe buffer several times
   smaller than the log (so the map fills and several passes run).  Reports records/s
   (records read by the recopy phase per second of cleaning), MB/s read (both phases),
   and the peak RSS growth of the cleaning process next to the configured buffer.
@@ -46,12 +46,12 @@ from benchmarks._harness import (
     rss_bytes,
     scratch_dir,
 )
-from changelog.cleaner import clean_log
-from changelog.cleaner_manager import log_to_clean
-from changelog.cleaner_service import clean_in_process
+from changelog.cleaner.clean import clean_log
+from changelog.cleaner.manager import log_to_clean
+from changelog.cleaner.offset_map import OffsetMap
+from changelog.cleaner.service import clean_in_process
 from changelog.config import CleanerConfig, LogConfig
 from changelog.log import Log
-from changelog.offset_map import OffsetMap
 
 KEY_BYTES = 16
 VALUE_BYTES = 100

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from benchmarks._harness import Result, Target, emit_json, machine_info, median, print_table
-from changelog.record_batch import (
+from changelog.record.batch import (
     Record,
     decode_key_values,
     decode_records,

@@ -45,7 +45,7 @@ from benchmarks._harness import (
 )
 from changelog.config import LogConfig
 from changelog.log import Log
-from changelog.record_batch import decode_records, encode_batch, iter_batches
+from changelog.record.batch import decode_records, encode_batch, iter_batches
 
 RECORDS_PER_BATCH = 1000
 KEY_BYTES = 16

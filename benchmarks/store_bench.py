@@ -139,7 +139,7 @@ def changelog_of(store: Any) -> Any:
 
 def clean_fully(log: Any, *, buffer_bytes: int | None = None) -> list[Any]:
     """Run cleaning passes until the log has nothing left to clean; return each pass's stats."""
-    from changelog.cleaner import clean_log  # noqa: PLC0415
+    from changelog.cleaner.clean import clean_log  # noqa: PLC0415
     from changelog.config import CleanerConfig  # noqa: PLC0415
 
     config = CleanerConfig(
@@ -845,9 +845,9 @@ def _clean_until_done(log: Any, *, in_process: bool) -> None:
     child process (``clean_in_process``) while this thread waits; otherwise the pass runs
     in this thread.
     """
-    from changelog.cleaner import clean_log  # noqa: PLC0415
-    from changelog.cleaner_manager import log_to_clean  # noqa: PLC0415
-    from changelog.cleaner_service import clean_in_process  # noqa: PLC0415
+    from changelog.cleaner.clean import clean_log  # noqa: PLC0415
+    from changelog.cleaner.manager import log_to_clean  # noqa: PLC0415
+    from changelog.cleaner.service import clean_in_process  # noqa: PLC0415
     from changelog.config import CleanerConfig  # noqa: PLC0415
 
     config = CleanerConfig()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from changelog.cleaner import CleanerStats
-from changelog.cleaner_service import CleanerService
+from changelog.cleaner.clean import CleanerStats, clean_log
+from changelog.cleaner.service import CleanerService
 from changelog.config import CleanerConfig, LogConfig
 from changelog.errors import (
     ChangelogError,
@@ -24,7 +24,7 @@ from changelog.errors import (
     UnsupportedFormatError,
 )
 from changelog.log import AppendInfo, Log
-from changelog.record_batch import BatchHeader, Record
+from changelog.record.batch import BatchHeader, Record
 
 __all__ = [
     "AppendInfo",
@@ -51,4 +51,5 @@ __all__ = [
     "Record",
     "RecordTooLargeError",
     "UnsupportedFormatError",
+    "clean_log",
 ]

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from changelog.errors import InvalidConfigError
+from changelog.limits import INT32_MAX
 
 __all__ = ["LONG_MAX", "CleanerConfig", "CleanupPolicy", "LogConfig"]
 
@@ -24,8 +25,6 @@ LONG_MAX: Final = 2**63 - 1
 
 CleanupPolicy = Literal["compact", "delete", "compact,delete"]
 _POLICIES: Final = frozenset({"compact", "delete", "compact,delete", "delete,compact"})
-
-_INT32_MAX: Final = 2**31 - 1
 
 
 def _at_least(minimum: int) -> Any:
@@ -140,11 +139,11 @@ class LogConfig:
                 self.min_compaction_lag_ms,
                 f"must not exceed max_compaction_lag_ms={self.max_compaction_lag_ms}",
             )
-        if self.segment_index_bytes > _INT32_MAX:
+        if self.segment_index_bytes > INT32_MAX:
             raise InvalidConfigError(
                 "segment_index_bytes", self.segment_index_bytes, "must fit in 31 bits"
             )
-        if self.segment_bytes > _INT32_MAX:
+        if self.segment_bytes > INT32_MAX:
             raise InvalidConfigError(
                 "segment_bytes", self.segment_bytes, "must fit in 31 bits (positions are int32)"
             )

@@ -4,7 +4,7 @@ This is Kafka's ``LogLoader``, pass by pass.  Each pass undoes or completes
 one step of a protocol that may have been cut short by a crash; the steps are
 numbered in ``docs/recovery.md`` and in the code that runs them (``Log.roll``,
 ``Log.close``, ``Log.delete_old_segments``, :func:`changelog.replace.replace_segments`,
-:func:`changelog.files.atomic_write`):
+:func:`changelog.fs.files.atomic_write`):
 
 ====  ===============================================================  ======================
 pass  what it does                                                     finishes or undoes
@@ -47,11 +47,11 @@ from typing import Final
 
 import attrs
 
-from changelog import files
-from changelog.checkpoint import read_checkpoint, write_checkpoint
 from changelog.config import LogConfig
 from changelog.errors import CorruptCheckpointError, CorruptDataError, CorruptIndexError
-from changelog.segment import LogSegment
+from changelog.fs import files
+from changelog.fs.checkpoint import read_checkpoint, write_checkpoint
+from changelog.segment.segment import LogSegment
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",

@@ -45,9 +45,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from changelog import files
 from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
@@ -57,18 +56,16 @@ from changelog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from changelog.fs import files
+from changelog.fs.lock import DirectoryLock
 from changelog.loader import LoadedLog
-from changelog.lock import DirectoryLock
 from changelog.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
 from changelog.log_reader import located_batches, open_snapshot, records_in_range
 from changelog.log_segments import LogSegments
-from changelog.record_batch import BatchHeader, Record, encode_batch
+from changelog.record.batch import BatchHeader, Record, encode_batch
 from changelog.recovery_point import RecoveryPoint
 from changelog.replace import replace_segments
-from changelog.segment import LogSegment
-
-if TYPE_CHECKING:
-    from changelog.cleaner import CleanerStats
+from changelog.segment.segment import LogSegment
 
 __all__ = ["AppendInfo", "Clock", "Log", "parse_topic_partition", "wall_clock_ms"]
 
@@ -446,15 +443,6 @@ class Log:
                 )
             self._segments.delete_expired()  # D2
             return count
-
-    def clean(self, force: bool = False) -> CleanerStats | None:
-        """Run one cleaning pass if the log is due (delegates to ``changelog.cleaner.clean_log``).
-
-        Returns the pass's statistics, or ``None`` when nothing was due.
-        """
-        from changelog.cleaner import clean_log  # noqa: PLC0415 - the cleaner imports this module
-
-        return clean_log(self, force=force)
 
     def replace_segments(
         self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]

@@ -2,7 +2,7 @@
 
 Opening runs, in order: parse the name; create the directory if it is missing
 (and fsync its parent, so the new entry survives a crash); take the directory
-lock (:mod:`changelog.lock`); run the loader's recovery passes
+lock (:mod:`changelog.fs.lock`); run the loader's recovery passes
 (:mod:`changelog.loader`).  If anything after the lock fails, the lock is
 released again.  Closing writes what the next open trusts: steps C3-C5 of
 ``Log.close`` (the clean-shutdown marker last, so a crash before it makes the
@@ -18,9 +18,11 @@ import re
 from pathlib import Path
 from typing import Final
 
-from changelog import files
 from changelog.config import LogConfig
 from changelog.errors import InvalidConfigError, LogStorageError
+from changelog.fs import files
+from changelog.fs.lock import DirectoryLock
+from changelog.limits import INT32_MAX
 from changelog.loader import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -28,14 +30,12 @@ from changelog.loader import (
     load_log,
     write_offset_checkpoint,
 )
-from changelog.lock import DirectoryLock
 from changelog.log_segments import LogSegments
 
 __all__ = ["close_partition_dir", "open_partition_dir", "parse_topic_partition"]
 
 _TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 _PARTITION: Final = re.compile(r"[0-9]{1,10}")
-_INT32_MAX: Final = 2**31 - 1
 
 
 def parse_topic_partition(directory: Path) -> tuple[str, int]:
@@ -49,7 +49,7 @@ def parse_topic_partition(directory: Path) -> tuple[str, int]:
         not sep
         or not _TOPIC.fullmatch(topic)
         or not _PARTITION.fullmatch(number)
-        or int(number) > _INT32_MAX
+        or int(number) > INT32_MAX
     ):
         raise InvalidConfigError(
             "directory", str(directory), "a partition directory must be named <topic>-<partition>"

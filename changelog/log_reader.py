@@ -17,8 +17,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from changelog.log_segments import LogSegments
-from changelog.record_batch import BatchHeader, Record, decode_records
-from changelog.segment import SegmentReader
+from changelog.record.batch import BatchHeader, Record, decode_records
+from changelog.segment.segment import SegmentReader
 
 __all__ = ["located_batches", "open_snapshot", "records_in_range"]
 

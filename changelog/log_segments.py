@@ -18,10 +18,10 @@ import bisect
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from changelog import files
 from changelog.config import LogConfig
+from changelog.fs import files
 from changelog.retention import segments_to_delete
-from changelog.segment import LogSegment
+from changelog.segment.segment import LogSegment
 
 __all__ = ["LogSegments"]
 

@@ -34,9 +34,9 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from changelog import files
 from changelog.errors import CleanerAbortedError
-from changelog.segment import LogSegment
+from changelog.fs import files
+from changelog.segment.segment import LogSegment
 
 __all__ = ["replace_segments"]
 

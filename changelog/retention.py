@@ -24,12 +24,12 @@ segment list it passes can change.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from changelog.config import LogConfig
+from changelog.segment.view import SegmentView
 
 __all__ = [
-    "RetentionSegment",
+    "SegmentView",
     "log_start_offset_breached",
     "retention_bytes_breached",
     "retention_ms_breached",
@@ -37,26 +37,10 @@ __all__ = [
 ]
 
 
-class RetentionSegment(Protocol):
-    """What retention reads from a segment (a subset of ``LogSegment``)."""
-
-    @property
-    def base_offset(self) -> int:
-        """The segment's base offset."""
-
-    @property
-    def size_bytes(self) -> int:
-        """The ``.log`` file's size."""
-
-    @property
-    def largest_timestamp_ms(self) -> int:
-        """The largest record timestamp (retention by time compares it with now)."""
+Predicate = Callable[[SegmentView, SegmentView | None], bool]
 
 
-Predicate = Callable[[RetentionSegment, RetentionSegment | None], bool]
-
-
-def _deletable_prefix(segments: Sequence[RetentionSegment], predicate: Predicate) -> int:
+def _deletable_prefix(segments: Sequence[SegmentView], predicate: Predicate) -> int:
     """Length of the longest prefix of non-active segments for which ``predicate`` holds.
 
     ``predicate(segment, next_segment)``; the last segment is the active one
@@ -70,14 +54,14 @@ def _deletable_prefix(segments: Sequence[RetentionSegment], predicate: Predicate
     return count
 
 
-def log_start_offset_breached(segments: Sequence[RetentionSegment], log_start_offset: int) -> int:
+def log_start_offset_breached(segments: Sequence[SegmentView], log_start_offset: int) -> int:
     """How many leading segments lie wholly below ``log_start_offset``."""
     return _deletable_prefix(
         segments, lambda _seg, nxt: nxt is not None and nxt.base_offset <= log_start_offset
     )
 
 
-def retention_bytes_breached(segments: Sequence[RetentionSegment], retention_bytes: int) -> int:
+def retention_bytes_breached(segments: Sequence[SegmentView], retention_bytes: int) -> int:
     """How many leading segments to delete so the log shrinks towards ``retention_bytes``.
 
     Like Kafka: the excess is ``size - retention_bytes``; a segment is deleted
@@ -90,7 +74,7 @@ def retention_bytes_breached(segments: Sequence[RetentionSegment], retention_byt
         return 0
     excess = total - retention_bytes
 
-    def predicate(segment: RetentionSegment, _next: RetentionSegment | None) -> bool:
+    def predicate(segment: SegmentView, _next: SegmentView | None) -> bool:
         nonlocal excess
         if excess - segment.size_bytes >= 0:
             excess -= segment.size_bytes
@@ -100,9 +84,7 @@ def retention_bytes_breached(segments: Sequence[RetentionSegment], retention_byt
     return _deletable_prefix(segments, predicate)
 
 
-def retention_ms_breached(
-    segments: Sequence[RetentionSegment], retention_ms: int, now_ms: int
-) -> int:
+def retention_ms_breached(segments: Sequence[SegmentView], retention_ms: int, now_ms: int) -> int:
     """How many leading segments have a largest timestamp older than ``retention_ms``."""
     if retention_ms < 0:
         return 0
@@ -112,7 +94,7 @@ def retention_ms_breached(
 
 
 def segments_to_delete(
-    segments: Sequence[RetentionSegment],
+    segments: Sequence[SegmentView],
     *,
     config: LogConfig,
     log_start_offset: int,

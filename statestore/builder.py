@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from changelog.config import LogConfig
 from changelog.log import Log
-from changelog.record_batch import decode_key_values
+from changelog.record.batch import decode_key_values
 from statestore.bytes_store import BytesStore, StoreState
 from statestore.config import RocksDBConfig, StoreConfig
 from statestore.engine import RocksDBEngine

@@ -39,10 +39,10 @@ from typing import Any, Final
 
 import attrs
 
-from changelog.cleaner_service import CleanerService
+from changelog.cleaner.service import CleanerService
 from changelog.config import LogConfig
 from changelog.errors import ChangelogError, LogLockedError
-from changelog.lock import DirectoryLock
+from changelog.fs.lock import DirectoryLock
 from statestore.builder import build_store
 from statestore.bytes_store import StoreState
 from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig

@@ -19,8 +19,8 @@ index space.  Bytes after the last whole batch are reported as
 
 Read-only: files are memory-mapped for reading, no lock is taken, nothing is
 repaired; dumping a partition a service is writing shows a prefix of it.
-Index entries are decoded here, independently of :mod:`changelog.offset_index`
-and :mod:`changelog.time_index`, so that ``verify`` checks them with code
+Index entries are decoded here, independently of :mod:`changelog.segment.offset_index`
+and :mod:`changelog.segment.time_index`, so that ``verify`` checks them with code
 that did not write them.
 
 Thread-safety: plain functions.
@@ -37,8 +37,8 @@ from typing import Any, Final, TextIO
 import attrs
 
 from changelog.errors import CorruptRecordError, UnsupportedFormatError
-from changelog.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_base_offset
-from changelog.record_batch import (
+from changelog.fs.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_base_offset
+from changelog.record.batch import (
     LOG_APPEND_TIME,
     NO_SEQUENCE,
     BatchHeader,

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import attrs
 
+from changelog.cleaner.clean import clean_log
 from statestore.cli.errors import UsageError
 from statestore.cli.output import (
     decode_for_display,
@@ -38,7 +39,7 @@ __all__ = ["cmd_compact", "cmd_get", "cmd_restore", "cmd_scan"]
 @contextmanager
 def _state_dir_lock(state_dir: Path) -> Iterator[None]:
     """Hold the state directory's lock (as a service would) for the block."""
-    from changelog.lock import DirectoryLock  # noqa: PLC0415 - only for the writing commands
+    from changelog.fs.lock import DirectoryLock  # noqa: PLC0415 - only for the writing commands
 
     lock = DirectoryLock(state_dir)
     lock.acquire()
@@ -64,7 +65,7 @@ def _compact_one(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
         if args.roll and log.active_segment.size_bytes > 0:
             log.roll()
             rolled = True
-        stats = log.clean(force=True)
+        stats = clean_log(log, force=True)
         after_bytes, after_segments = log.size_bytes, len(log.segments)
         doc: dict[str, Any] = {
             "partition": directory.name,

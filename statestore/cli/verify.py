@@ -41,9 +41,9 @@ from typing import Final, Literal
 
 import attrs
 
-from changelog.cleaner_manager import CLEANER_CHECKPOINT_FILE
+from changelog.cleaner.manager import CLEANER_CHECKPOINT_FILE
 from changelog.errors import CorruptRecordError, UnsupportedFormatError
-from changelog.files import (
+from changelog.fs.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -55,7 +55,7 @@ from changelog.loader import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
-from changelog.record_batch import BatchHeader, decode_header, validate_batch
+from changelog.record.batch import BatchHeader, decode_header, validate_batch
 from statestore.cli.dump import read_index_entries, read_time_index_entries
 from statestore.cli.errors import UsageError
 from statestore.cli.progress import Progress

@@ -13,9 +13,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from changelog import files
 from changelog.config import LogConfig
 from changelog.errors import CorruptRecordError
+from changelog.fs import files
 from changelog.loader import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -23,8 +23,8 @@ from changelog.loader import (
     write_offset_checkpoint,
 )
 from changelog.log import Log
-from changelog.record_batch import decode_records, encode_records
-from changelog.segment import LogSegment
+from changelog.record.batch import decode_records, encode_records
+from changelog.segment.segment import LogSegment
 from tests.changelog.conftest import FakeClock, records
 
 State = list[tuple[int, bytes | None, bytes | None]]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from changelog import files
+from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
 from changelog.errors import (
     CleanerAbortedError,
@@ -24,10 +24,11 @@ from changelog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from changelog.fs import files
 from changelog.loader import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
 from changelog.log import Log, parse_topic_partition
-from changelog.record_batch import encode_records
-from changelog.segment import LogSegment
+from changelog.record.batch import encode_records
+from changelog.segment.segment import LogSegment
 from tests.changelog.conftest import FakeClock, records
 
 
@@ -409,7 +410,7 @@ def _cleaned_copy(log: Log, old: list[LogSegment], keep: set[int]) -> LogSegment
     )
     for segment in old:
         for position, header, data in segment.batches():
-            from changelog.record_batch import decode_records  # noqa: PLC0415
+            from changelog.record.batch import decode_records  # noqa: PLC0415
 
             kept = [
                 r
@@ -472,7 +473,7 @@ def test_clean_delegates_to_the_cleaner(open_log: Log) -> None:
     fill(open_log, 5)
     open_log.cleaning_barrier_offset = 3
     assert open_log.cleaning_barrier_offset == 3
-    open_log.clean(force=True)  # runs whatever the cleaner decides; must not corrupt the log
+    clean_log(open_log, force=True)  # runs whatever the cleaner decides; must not corrupt the log
     assert [o for o, _, _ in kv(open_log)][-1] == 14
 
 

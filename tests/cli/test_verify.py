@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from changelog.log import Log
-from changelog.record_batch import decode_header
+from changelog.record.batch import decode_header
 from statestore import StateManager
 from tests.cli.helpers import QUIET, run_cli
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from changelog import files
 from changelog.errors import LogStorageError
+from changelog.fs import files
 from examples.user_profiles.api import make_server
 from examples.user_profiles.service import STORE_NAME, Profile, ProfileService
 from statestore import StateManager

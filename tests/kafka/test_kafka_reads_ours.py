@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from changelog.cleaner import clean_log
+from changelog.cleaner.clean import clean_log
 from changelog.config import CleanerConfig
 from changelog.log import Log
 from scripts.kafka.broker import KafkaBroker

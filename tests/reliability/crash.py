@@ -1,9 +1,9 @@
 """In-process crash machinery: crash after file-system step k, and abandon what was open.
 
 :class:`StepRecorder` and :class:`CrashAt` are hooks for
-:func:`changelog.files.inject_faults`: the first lists every fault point an
+:func:`changelog.fs.files.inject_faults`: the first lists every fault point an
 operation passes (``(step, path)``), the second raises
-:class:`~changelog.files.SimulatedCrash` when the k-th one is reached (1-based),
+:class:`~changelog.fs.files.SimulatedCrash` when the k-th one is reached (1-based),
 that is *before* that mutation happens: crashing "at step k" leaves steps
 ``1..k-1`` done.
 
@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from changelog.files import SimulatedCrash
+from changelog.fs.files import SimulatedCrash
 
 
 class StepRecorder:
@@ -84,7 +84,7 @@ def abandon_dir(directory: Path) -> int:
 @contextlib.contextmanager
 def crashing_at(hook: CrashAt | StepRecorder) -> Iterator[None]:
     """Run the block under ``hook``; a :class:`SimulatedCrash` ends the block quietly."""
-    from changelog.files import inject_faults  # noqa: PLC0415 - keep imports beside their use
+    from changelog.fs.files import inject_faults  # noqa: PLC0415 - keep imports beside their use
 
     with inject_faults(hook), contextlib.suppress(SimulatedCrash):
         yield

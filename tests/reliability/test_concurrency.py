@@ -27,8 +27,8 @@ import attrs
 import pytest
 
 from changelog import CleanerConfig, LogConfig
-from changelog.cleaner import clean_log
-from changelog.cleaner_service import CleanerService
+from changelog.cleaner.clean import clean_log
+from changelog.cleaner.service import CleanerService
 from changelog.errors import LogLockedError
 from changelog.log import Log
 from statestore.errors import StateDirLockedError

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from changelog import CleanerConfig, LogConfig
-from changelog.cleaner import clean_log
+from changelog.cleaner.clean import clean_log
 from changelog.errors import CorruptDataError, CorruptRecordError
 from changelog.log import Log
 from tests.reliability import stats

@@ -27,7 +27,7 @@ import attrs
 import pytest
 
 from changelog import CleanerConfig, LogConfig
-from changelog.cleaner import clean_log
+from changelog.cleaner.clean import clean_log
 from changelog.errors import ChangelogError
 from changelog.log import Log
 from tests.reliability import stats

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from changelog import CleanerConfig, LogConfig
-from changelog.cleaner import clean_log
+from changelog.cleaner.clean import clean_log
 from changelog.errors import CleanerAbortedError, LogClosedError
 from changelog.log import Log
 from statestore.testing import Reporter
@@ -296,7 +296,7 @@ def try_open_log(state_dir: Path, reporter: Reporter) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- harness
 
-PRELOAD = ["tests.reliability.writers", "statestore.manager", "changelog.cleaner"]
+PRELOAD = ["tests.reliability.writers", "statestore.manager", "changelog.cleaner.clean"]
 
 
 def new_harness(state_dir: Path) -> Any:

@@ -11,7 +11,7 @@ TINY_LOG = LogConfig(segment_bytes=4096, index_interval_bytes=128, delete_retent
 """Segments roll every few batches so that restore crosses segments and the cleaner has work."""
 
 NO_CLEANER = StateManagerConfig(run_cleaner=False, block_cache_size_bytes=1 << 20)
-"""Tests that clean do it explicitly (``log.clean(force=True)``), so results are deterministic."""
+"""Tests that clean do it explicitly (``clean_log(log, force=True)``), so results are deterministic."""
 
 
 def changelog_entries(log: Any) -> list[tuple[bytes | None, bytes | None]]:

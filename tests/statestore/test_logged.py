@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from changelog import files
 from changelog.config import LogConfig
+from changelog.fs import files
 from changelog.log import Log
 from statestore.config import RocksDBConfig
 from statestore.engine import RocksDBEngine

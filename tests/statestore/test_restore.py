@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
 from changelog.log import Log
 from statestore.config import RestoreMode, StoreConfig
@@ -215,8 +216,8 @@ def test_should_restore_when_the_end_of_the_log_is_a_gap(
         log.append([(b"gone", b"1")])
         log.append([(b"gone", None)])
         log.roll()
-        log.clean(force=True)  # removes the put; the tombstone survives its first pass
-        log.clean(force=True)  # delete_retention_ms=0: the tombstone goes too
+        clean_log(log, force=True)  # removes the put; the tombstone survives its first pass
+        clean_log(log, force=True)  # delete_retention_ms=0: the tombstone goes too
         end = log.log_end_offset
         assert end == 3
         assert [r.offset for r in log.read(log.log_start_offset)] == [0]
@@ -335,8 +336,8 @@ def test_cleaner_keeps_tombstones_an_incremental_restore_still_needs(
     store.commit()  # not flushed: RocksDB could lose this
     log = store.changelog
     log.roll()
-    log.clean(force=True)
-    log.clean(force=True)
+    clean_log(log, force=True)
+    clean_log(log, force=True)
     assert (b"doomed", None) in [(r.key, r.value) for r in log.read(log.log_start_offset)]
     manager.crash()
     shutil.rmtree(state / "kv-rocksdb-0")

@@ -28,8 +28,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from changelog import files
+from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
+from changelog.fs import files
 from statestore.config import RestoreMode, StoreConfig
 from statestore.manager import StateManager
 from statestore.serdes import MsgpackSerde, StringSerde
@@ -126,8 +127,8 @@ class StoreMachine(RuleBasedStateMachine):
     def compact(self) -> None:
         log = self.store.changelog
         log.roll()
-        log.clean(force=True)  # a tombstone survives its first pass ...
-        log.clean(force=True)  # ... and goes in the next (delete_retention_ms=0) unless barred
+        clean_log(log, force=True)  # a tombstone survives its first pass ...
+        clean_log(log, force=True)  # ... and goes in the next (delete_retention_ms=0) unless barred
 
     @rule(key=KEYS)
     def delete_commit_compact(self, key: str) -> None:

@@ -1,0 +1,520 @@
+"""One cleaning pass over one log: Kafka's ``Cleaner.doClean``, as a plain function.
+
+:func:`clean_log` decides whether the log is due (see :mod:`changelog.cleaner.manager`)
+and :func:`clean` runs the pass.  A pass never changes an offset; it only drops
+records.  Its steps:
+
+1. **Map** the dirty section ``[first dirty, first uncleanable)`` into an
+   :class:`~changelog.cleaner.offset_map.OffsetMap` (key hash -> latest offset).  If
+   the map fills, the pass maps only up to where it filled; the rest waits for
+   the next pass.  ``end offset`` = one past the last mapped offset (at least
+   the first dirty offset).
+2. **Recopy** every non-active segment that starts below the end offset, from
+   the log start, in groups of adjacent segments whose sum fits in
+   ``segment_bytes``, the index size limit and int32 relative offsets.  A
+   record is kept when its offset is at or past the end offset, or it is the
+   latest for its key; a tombstone that is the latest is dropped once its
+   batch's delete horizon has passed (KIP-534) unless it lies at or above the
+   log's cleaning barrier.  The first pass that keeps a tombstone stamps its
+   batch with the horizon ``now + delete_retention_ms``.  A batch that loses
+   nothing and needs no stamp is copied byte for byte; a batch that loses
+   everything is dropped, except the last batch of each group (the new
+   segment's last batch), which is kept empty so that the segment's last
+   offset, and so the log end offset, survive a reload.  A group in which nothing
+   changes is not rewritten at all.  (Step 2's code is :mod:`changelog.cleaner.recopy`.)
+3. **Swap** every rewritten group at once: one ``log.replace_segments``
+   fsyncs the ``.cleaned`` segments and runs the ``.cleaned -> .swap ->
+   .deleted`` protocol under ``log.lock`` (the only time the pass holds it,
+   apart from the snapshot), so a crash leaves exactly the old or exactly
+   the new log.  Untouched groups between rewritten ones stay where they are
+   (loader pass L4 deletes, per ``.swap`` file, only the segments inside that
+   file's own offset range).  If a source segment vanished meanwhile
+   (retention, truncation) the pass is aborted.  The price: the disk holds
+   the old and the cleaned copies of the rewritten groups until the swap.
+4. **Checkpoint** the end offset as the next first dirty offset, after the
+   swap (a crash before it only repeats work).
+
+``abort()`` is checked between batches; when it returns true the pass raises
+:class:`~changelog.errors.CleanerAbortedError` and deletes its ``.cleaned`` files.
+
+The pass is three functions so that its CPU-heavy middle can run in another
+process: :func:`snapshot` (under ``log.lock``: read-only descriptors of the
+segments to read, and the pass's plain-value :class:`PassInput`),
+:func:`compact` (steps 1-2; touches no live ``Log``) and :func:`commit`
+(steps 3-4).  :func:`clean` runs all three in the calling thread;
+:func:`changelog.cleaner.worker.clean_in_process` runs :func:`compact` in a
+child process.  Stats are :class:`~changelog.cleaner.stats.CleanerStats`.
+
+Memory: the offset map (``dedupe_buffer_size_bytes / threads``, capped by
+what the dirty section could need) plus one batch and one write buffer
+(``io_buffer_size_bytes``); only offsets and key hashes outlive a batch.
+
+Thread-safety: a pass may run in any thread while writers append: it reads
+non-active segments through its own descriptors and takes ``log.lock`` only
+for the snapshot and the swap.  Two passes over the same log must not run at
+once (the caller, :class:`~changelog.cleaner.manager.CleanerManager`, ensures it).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from changelog.cleaner.manager import (
+    LogToClean,
+    log_to_clean,
+    record_pending_delete_horizon,
+    write_cleaner_checkpoint,
+)
+from changelog.cleaner.offset_map import SLOT_BYTES, OffsetMap
+from changelog.cleaner.recopy import (
+    Filter,
+    check_abort,
+    group_segments_by_size,
+    min_or_none,
+    rewrite_group,
+    scan_group,
+)
+from changelog.cleaner.stats import CleanerStats
+from changelog.config import CleanerConfig, LogConfig
+from changelog.errors import LogStorageError
+from changelog.fs.files import CLEANED_SUFFIX
+from changelog.record.batch import decode_key_values
+from changelog.segment.reader import SegmentReader
+from changelog.segment.segment import LogSegment
+
+if TYPE_CHECKING:
+    from changelog.log import Log
+
+__all__ = [
+    "CleanerStats",
+    "Compacted",
+    "PassInput",
+    "SourceSegment",
+    "build_offset_map",
+    "clean",
+    "clean_log",
+    "commit",
+    "compact",
+    "group_segments_by_size",
+    "map_memory_bytes",
+    "snapshot",
+]
+
+_log = logging.getLogger(__name__)
+
+_NEVER: Final = lambda: False  # noqa: E731 - the default abort check
+_MIN_RECORD_BYTES: Final = 7  # a record's smallest framing: seven one-byte varints
+_OFFSET: Final = itemgetter(0)  # of an (offset, key, value) entry
+_KEY: Final = itemgetter(1)
+
+
+def _prefix(log: Any) -> str:
+    return f"[{log.topic}-{log.partition}]"
+
+
+def _now_ms(log: Any) -> int:
+    clock = getattr(log, "clock", None)
+    if clock is None:
+        return int(time.time() * 1000)
+    return int(clock())
+
+
+def map_memory_bytes(config: CleanerConfig, *, dirty_bytes: int | None = None) -> int:
+    """Offset map size of one worker: the dedupe buffer shared by ``threads`` workers (as Kafka).
+
+    With ``dirty_bytes`` it is also capped by what the dirty section could
+    need (a record takes at least ``_MIN_RECORD_BYTES`` bytes), so cleaning a
+    small log does not allocate the whole buffer.
+    """
+    share = max(config.dedupe_buffer_size_bytes // config.threads, 1024)
+    if dirty_bytes is None:
+        return share
+    keys = dirty_bytes // _MIN_RECORD_BYTES + 1
+    needed = int(keys / max(config.dedupe_buffer_load_factor, 0.01)) * SLOT_BYTES + 2 * SLOT_BYTES
+    return max(1024, min(share, needed))
+
+
+def clean_log(
+    log: Log,
+    *,
+    force: bool = False,
+    config: CleanerConfig | None = None,
+    now_ms: int | None = None,
+    abort: Callable[[], bool] = _NEVER,
+    offset_map: OffsetMap | None = None,
+    throttle: Callable[[int], None] | None = None,
+) -> CleanerStats | None:
+    """Clean ``log`` once, now, if it is due; return the pass's stats or ``None`` if not due.
+
+    Honours the log's configuration: the cleanup policy must include
+    ``compact``; the dirty ratio must exceed ``min_cleanable_dirty_ratio``
+    (``force=True`` ignores only that threshold), or a dirty record must be
+    older than ``max_compaction_lag_ms``, or a kept tombstone must have passed
+    its delete horizon.  ``now_ms`` defaults to the log's clock.
+    """
+    if not log.config.compact:
+        return None
+    now = _now_ms(log) if now_ms is None else now_ms
+    to_clean = log_to_clean(log, now_ms=now, force=force)
+    if to_clean.due_reason is None:
+        return None
+    return clean(
+        to_clean,
+        config=config or CleanerConfig(),
+        now_ms=now,
+        abort=abort,
+        offset_map=offset_map,
+        throttle=throttle,
+    )
+
+
+# ----------------------------------------------------------------- step 1: the offset map
+
+
+@attrs.frozen(kw_only=True)
+class SourceSegment:
+    """A non-active segment as one pass sees it: a private reader and the sizes at snapshot time.
+
+    ``reader`` is a :class:`~changelog.segment.segment.SegmentReader` on a descriptor
+    opened under ``log.lock`` (``fd``), so the pass is unaffected by appends, renames or deletions
+    after the snapshot.  ``next_base_offset`` is the following segment's base
+    offset: this segment's offsets all lie below it.  Owned by one pass.
+    """
+
+    base_offset: int
+    next_base_offset: int
+    size_bytes: int
+    offset_index_bytes: int
+    time_index_bytes: int
+    fd: int = -1
+    """The descriptor ``reader`` owns (``-1`` when unknown): what a worker process is handed."""
+    reader: Any = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class PassInput:
+    """Everything a pass needs besides its segments (plain values: it can cross a process)."""
+
+    name: str
+    directory: str
+    log_config: LogConfig
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    now_ms: int
+    barrier: int | None
+    due_reason: str | None
+
+
+def _open_fd(segment: LogSegment) -> int:
+    """A read-only descriptor of our own on the ``.log`` (a worker process can be handed it)."""
+    path = segment.log_path
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LogStorageError(path, "open", exc) from exc
+
+
+def _own_reader(fd: int, path: Path, base_offset: int, size: int) -> SegmentReader:
+    """A reader that closes ``fd`` when it is closed."""
+    return SegmentReader(fd, path, base_offset, size, functools.partial(os.close, fd))
+
+
+def snapshot(to_clean: LogToClean) -> tuple[PassInput, list[LogSegment], list[SourceSegment]]:
+    """Under ``log.lock``: the pass's input, and readers over every segment below the
+    first uncleanable offset (the segment objects too, for the swap)."""
+    log = to_clean.log
+    with log.lock:
+        segments = list(log.segments)
+        chosen: list[LogSegment] = []
+        sources: list[SourceSegment] = []
+        try:
+            for segment, following in itertools.pairwise(segments):
+                if segment.base_offset >= to_clean.first_uncleanable_offset:
+                    break
+                chosen.append(segment)
+                fd = _open_fd(segment)
+                sources.append(
+                    SourceSegment(
+                        base_offset=segment.base_offset,
+                        next_base_offset=following.base_offset,
+                        size_bytes=segment.size_bytes,
+                        offset_index_bytes=segment.offset_index.size_in_bytes,
+                        time_index_bytes=segment.time_index.size_in_bytes,
+                        fd=fd,
+                        reader=_own_reader(
+                            fd, segment.log_path, segment.base_offset, segment.size_bytes
+                        ),
+                    )
+                )
+        except BaseException:
+            for source in sources:
+                source.reader.close()
+            raise
+        inputs = PassInput(
+            name=f"{log.topic}-{log.partition}",
+            directory=str(log.dir),
+            log_config=log.config,
+            first_dirty_offset=to_clean.first_dirty_offset,
+            first_uncleanable_offset=to_clean.first_uncleanable_offset,
+            now_ms=0,
+            barrier=log.cleaning_barrier_offset,
+            due_reason=to_clean.due_reason,
+        )
+    return inputs, chosen, sources
+
+
+def build_offset_map(
+    sources: Sequence[SourceSegment],
+    start: int,
+    end: int,
+    offset_map: OffsetMap,
+    *,
+    stats: CleanerStats,
+    abort: Callable[[], bool],
+    throttle: Callable[[int], None] | None,
+) -> int:
+    """Map keys of ``[start, end)`` to their latest offsets; return the end offset of the map.
+
+    The returned offset is ``end`` when everything fitted, else one past the
+    last offset mapped before the map filled (always ``> start`` when the
+    range holds a keyed record: an empty map takes at least one key).
+    """
+    offset_map.clear()
+    for source in sources:
+        if source.next_base_offset <= start:
+            continue
+        if source.base_offset >= end:
+            break
+        reader = source.reader
+        for position, header, raw in reader.batches():
+            if header.next_offset <= start:
+                continue
+            if header.base_offset >= end:
+                break
+            check_abort(stats.log_name, abort)
+            if throttle is not None:
+                throttle(len(raw))
+            stats.map_bytes_read += len(raw)
+            if header.is_control:
+                offset_map.update_latest_offset(min(header.last_offset, end - 1))
+                continue
+            entries = decode_key_values(raw, path=reader.path, position=position, validate=False)
+            if header.base_offset < start or header.last_offset >= end:  # straddles a bound
+                entries = [entry for entry in entries if start <= entry[0] < end]
+            keys = list(map(_KEY, entries))
+            offsets = list(map(_OFFSET, entries))
+            stats.map_records_read += len(entries)
+            consumed = offset_map.put_batch(keys, offsets)
+            if consumed < len(entries):
+                _log.debug(
+                    "[%s] offset map full at offset %s (%s keys)",
+                    stats.log_name,
+                    offset_map.latest_offset,
+                    offset_map.size,
+                )
+                return max(start, offset_map.latest_offset + 1)
+            offset_map.update_latest_offset(min(header.last_offset, end - 1))
+        offset_map.update_latest_offset(min(source.next_base_offset, end) - 1)
+    return max(start, min(end, offset_map.latest_offset + 1))
+
+
+# ----------------------------------------------------------------- step 3: the swap
+
+
+def _swap(log: Any, old: Sequence[LogSegment], new: Sequence[LogSegment]) -> None:
+    """Replace ``old`` by ``new`` in one ``Log.replace_segments`` (under ``log.lock``).
+
+    One swap per pass, so a crash leaves the pass exactly old or exactly new.
+    ``replace_segments`` raises :class:`CleanerAbortedError` (and deletes
+    ``new``) if a segment of ``old`` left the log meanwhile (retention,
+    truncation).
+    """
+    log.replace_segments(list(new), list(old))
+
+
+@attrs.define(kw_only=True)
+class Compacted:
+    """What the expensive half of a pass produced: cleaned segments not yet swapped in.
+
+    ``replaced`` lists, per cleaned segment, the base offsets of the source
+    segments it replaces.  Owned by one pass.
+    """
+
+    stats: CleanerStats
+    cleaned: list[LogSegment]
+    replaced: list[list[int]]
+
+
+def compact(
+    inputs: PassInput,
+    sources: Sequence[SourceSegment],
+    *,
+    config: CleanerConfig,
+    abort: Callable[[], bool] = _NEVER,
+    offset_map: OffsetMap | None = None,
+    throttle: Callable[[int], None] | None = None,
+) -> Compacted:
+    """Steps 1 and 2: map the dirty section and write ``.cleaned`` segments (flushed).
+
+    Touches no live ``Log``: it reads ``sources`` and writes new files in
+    ``inputs.directory``, so it can run in a worker process.  On any error
+    (including an abort) the ``.cleaned`` files it made are deleted.
+    """
+    started = time.monotonic()
+    stats = CleanerStats(
+        log_name=inputs.name,
+        first_dirty_offset=inputs.first_dirty_offset,
+        first_uncleanable_offset=inputs.first_uncleanable_offset,
+        due_reason=inputs.due_reason,
+    )
+    if offset_map is None:
+        dirty = sum(s.size_bytes for s in sources if s.next_base_offset > inputs.first_dirty_offset)
+        offset_map = OffsetMap(
+            map_memory_bytes(config, dirty_bytes=dirty),
+            load_factor=config.dedupe_buffer_load_factor,
+        )
+    _log.info(
+        "[%s] beginning cleaning: dirty section [%s, %s), due to %s",
+        inputs.name,
+        inputs.first_dirty_offset,
+        inputs.first_uncleanable_offset,
+        inputs.due_reason,
+    )
+    end = build_offset_map(
+        sources,
+        inputs.first_dirty_offset,
+        inputs.first_uncleanable_offset,
+        offset_map,
+        stats=stats,
+        abort=abort,
+        throttle=throttle,
+    )
+    stats.end_offset = end
+    stats.buffer_utilization = offset_map.utilization
+    stats.map_duration_s = time.monotonic() - started
+    flt = Filter(
+        offset_map,
+        end_offset=end,
+        now_ms=inputs.now_ms,
+        delete_retention_ms=inputs.log_config.delete_retention_ms,
+        barrier=inputs.barrier,
+        stats=stats,
+    )
+    groups = group_segments_by_size(
+        [source for source in sources if source.base_offset < end],
+        max_size=inputs.log_config.segment_bytes,
+        max_index_size=inputs.log_config.segment_index_bytes,
+        first_uncleanable_offset=inputs.first_uncleanable_offset,
+    )
+    pending: int | None = None
+    cleaned_segments: list[LogSegment] = []
+    replaced: list[list[int]] = []
+    try:
+        for group in groups:
+            readers = [source.reader for source in group]
+            changed, group_pending, records, size = scan_group(
+                inputs.name, readers, flt, abort, throttle
+            )
+            if not changed:
+                stats.segments_untouched += len(group)
+                stats.records_read += records
+                stats.records_kept += records
+                stats.bytes_read += size
+                stats.bytes_kept += size
+                pending = min_or_none(pending, group_pending)
+                continue
+            cleaned = LogSegment.create(
+                Path(inputs.directory),
+                group[0].base_offset,
+                config=inputs.log_config,
+                file_suffix=CLEANED_SUFFIX,
+            )
+            cleaned_segments.append(cleaned)
+            group_pending = rewrite_group(
+                inputs.name,
+                readers,
+                cleaned,
+                flt,
+                stats=stats,
+                abort=abort,
+                throttle=throttle,
+                io_buffer_bytes=config.io_buffer_size_bytes,
+            )
+            cleaned.on_become_inactive()  # fsynced by replace_segments (S1) before the swap
+            replaced.append([source.base_offset for source in group])
+            pending = min_or_none(pending, group_pending)
+            stats.segments_rewritten += len(group)
+            stats.groups_swapped += 1
+        check_abort(inputs.name, abort)
+    except Exception:
+        for segment in cleaned_segments:  # an abort or a failure: the .cleaned files go
+            segment.delete()
+        raise
+    stats.pending_delete_horizon_ms = pending
+    stats.duration_s = time.monotonic() - started
+    return Compacted(stats=stats, cleaned=cleaned_segments, replaced=replaced)
+
+
+def commit(
+    log: Any, segments: Sequence[LogSegment], compacted: Compacted, started: float
+) -> CleanerStats:
+    """Steps 3 and 4: swap the cleaned segments in, then advance the checkpoint.
+
+    ``segments`` are the snapshot's segment objects (matched to
+    ``compacted.replaced`` by base offset).  Every rewritten group is swapped
+    in one ``replace_segments`` call, adjacent or not (loader pass L4 deletes
+    per ``.swap`` file only the segments inside its own offset range), so a
+    crash leaves the whole pass exactly old or exactly new.  Raises
+    :class:`CleanerAbortedError` (the cleaned files deleted) if a segment
+    left the log meanwhile.
+    """
+    stats = compacted.stats
+    if compacted.cleaned:
+        by_base = {segment.base_offset: segment for segment in segments}
+        old = [by_base[base] for bases in compacted.replaced for base in bases]
+        _swap(log, old, compacted.cleaned)  # replace_segments deletes them if it refuses (S0)
+    write_cleaner_checkpoint(log, stats.end_offset)
+    record_pending_delete_horizon(log, stats.pending_delete_horizon_ms)
+    stats.duration_s = time.monotonic() - started
+    _log.info("%s %s", _prefix(log), stats.summary())
+    return stats
+
+
+def clean(
+    to_clean: LogToClean,
+    *,
+    config: CleanerConfig,
+    now_ms: int,
+    abort: Callable[[], bool] = _NEVER,
+    offset_map: OffsetMap | None = None,
+    throttle: Callable[[int], None] | None = None,
+) -> CleanerStats:
+    """Run one pass over ``to_clean.log`` in this thread (steps 1-4 of the module docstring).
+
+    ``offset_map`` lets a worker reuse its map across passes (it is cleared
+    first); ``throttle(n)`` is called with every ``n`` bytes read or written.
+    Raises :class:`~changelog.errors.CleanerAbortedError` when ``abort()``
+    turns true or the log changed under the pass; the log is then unchanged
+    and the ``.cleaned`` files are deleted.
+    """
+    started = time.monotonic()
+    inputs, segments, sources = snapshot(to_clean)
+    inputs = attrs.evolve(inputs, now_ms=now_ms)
+    try:
+        compacted = compact(
+            inputs, sources, config=config, abort=abort, offset_map=offset_map, throttle=throttle
+        )
+    finally:
+        for source in sources:
+            source.reader.close()
+    return commit(to_clean.log, segments, compacted, started)

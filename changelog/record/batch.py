@@ -1,0 +1,483 @@
+"""Kafka record batch v2 (magic 2): records in, bytes out, and back.
+
+The header layout (byte table, CRC coverage, what we write for the partition
+leader epoch) lives in :mod:`changelog.record.header`, the order in which a read
+batch is checked in :mod:`changelog.record.reader`; one record's layout in
+:mod:`changelog.record.body`.  This module is the public face: it re-exports
+the header names and owns :class:`Record` and the encoders/decoders.
+
+Two encoders, two purposes (see ``docs/internals.md``, "Codec contract"):
+:func:`encode_batch` is the append path (dense offsets, one timestamp, no
+headers); :func:`encode_records` is the cleaner's path (each record keeps its
+offset, timestamp and headers; empty batches and the KIP-534 delete horizon).
+
+Fast path: aiokafka's compiled (Cython) codec builds and parses the records
+section several times faster than the pure-Python reference
+(``benchmarks/codec_bench.py``).  It is used only when its extension is the
+implementation actually loaded (:func:`fast_codec_available`); the ``*_py``
+functions are the reference and the fallback, and a Hypothesis test proves
+both give identical bytes and identical records.  The fast encoder builds with
+base offset 0 and patches the base offset and leader epoch afterwards (neither
+is under the CRC), as a broker assigns offsets.
+
+Decoding cost: once the compiled codec has parsed a batch, building frozen
+:class:`Record` objects is most of the remaining per-record cost (about
+0.6 us each); :func:`decode_key_values` returns plain ``(offset, key, value)``
+tuples for restore, about four times faster.
+
+After a crash nothing here is trusted without :func:`iter_batches` (or
+:func:`decode_records`) checking the CRC; the indexes are rebuilt from the log.
+
+Thread-safety: every function is pure and thread-safe; :class:`Record` and
+:class:`BatchHeader` are immutable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from changelog.errors import CorruptRecordError, InvalidRecordError
+from changelog.limits import INT32_MAX, INT64_MAX, NO_TIMESTAMP
+from changelog.record.args import (
+    bad_pair,
+    check_encode_records_args,
+    check_int,
+    check_pairs,
+    check_timestamp,
+)
+from changelog.record.body import Headers, Record, decode_body, encode_body
+from changelog.record.header import (
+    BATCH_HEADER_SIZE,
+    CREATE_TIME,
+    DELETE_HORIZON_FLAG_MASK,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    PARTITION_LEADER_EPOCH,
+    TRANSACTIONAL_FLAG_MASK,
+    BatchHeader,
+    Buffer,
+    patch_header,
+    write_header,
+)
+from changelog.record.reader import (
+    batch_extents,
+    checked_batch,
+    declared_size,
+    decode_header,
+    iter_batches,
+    validate_batch,
+)
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "CREATE_TIME",
+    "LOG_APPEND_TIME",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "PARTITION_LEADER_EPOCH",
+    "BatchHeader",
+    "Headers",
+    "Record",
+    "batch_extents",
+    "declared_size",
+    "decode_header",
+    "decode_key_values",
+    "decode_records",
+    "decode_records_py",
+    "encode_batch",
+    "encode_batch_py",
+    "encode_records",
+    "encode_records_py",
+    "fast_codec_available",
+    "iter_batches",
+    "validate_batch",
+]
+
+
+# --------------------------------------------------------------------------- fast path probe
+
+
+def _load_fast_codec() -> tuple[Any, Any, tuple[type[BaseException], ...]] | None:
+    """aiokafka's compiled batch reader/builder, or ``None`` if only pure Python is there."""
+    try:
+        from aiokafka.errors import CorruptRecordException  # noqa: PLC0415 - optional
+        from aiokafka.record import default_records  # noqa: PLC0415 - optional
+    except ImportError:
+        return None
+    reader = default_records.DefaultRecordBatch
+    builder = default_records.DefaultRecordBatchBuilder
+    compiled = "aiokafka.record._crecords."
+    if not (reader.__module__.startswith(compiled) and builder.__module__.startswith(compiled)):
+        return None  # AIOKAFKA_NO_EXTENSIONS or no wheel: its Python code is no faster than ours
+    return reader, builder, (CorruptRecordException, ValueError, IndexError, TypeError)
+
+
+_FAST: Final = _load_fast_codec()
+
+
+def fast_codec_available() -> bool:
+    """Whether aiokafka's compiled codec is loaded (else the pure-Python reference runs)."""
+    return _FAST is not None
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_batch(
+    base_offset: int,
+    pairs: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    timestamp_ms: int,
+) -> bytes:
+    """Encode ``(key, value)`` pairs as one batch: the append path.
+
+    Offsets are dense from ``base_offset``; every record gets the CreateTime
+    ``timestamp_ms``; no headers; producer id/epoch/sequence are -1 and the
+    partition leader epoch is :data:`PARTITION_LEADER_EPOCH`.  Keys and values
+    must be ``bytes`` or ``None`` (a ``None`` value is a tombstone); anything
+    else, or no pairs at all, raises :class:`InvalidRecordError`.
+    """
+    if _FAST is None:
+        return encode_batch_py(base_offset, pairs, timestamp_ms=timestamp_ms)
+    pairs = check_pairs(pairs)
+    check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
+    check_timestamp("timestamp_ms", timestamp_ms)
+    builder = _FAST[1](MAGIC, 0, 0, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, INT32_MAX)
+    append = builder.append
+    no_headers: list[tuple[str, bytes | None]] = []
+    delta = 0
+    try:
+        for delta, (key, value) in enumerate(pairs):
+            if (key is not None and key.__class__ is not bytes) or (
+                value is not None and value.__class__ is not bytes
+            ):
+                raise bad_pair(delta, (key, value))
+            append(delta, timestamp_ms, key, value, no_headers)
+    except InvalidRecordError:
+        raise
+    except (TypeError, ValueError) as exc:  # a pair that does not unpack into two
+        raise bad_pair(delta, pairs[delta]) from exc
+    buf = builder.build()
+    patch_header(buf, base_offset=base_offset, partition_leader_epoch=PARTITION_LEADER_EPOCH)
+    return bytes(buf)
+
+
+def encode_batch_py(
+    base_offset: int,
+    pairs: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    timestamp_ms: int,
+) -> bytes:
+    """Pure-Python reference of :func:`encode_batch` (same contract, same bytes)."""
+    pairs = check_pairs(pairs)
+    check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
+    check_timestamp("timestamp_ms", timestamp_ms)
+    for index, pair in enumerate(pairs):
+        try:
+            key, value = pair
+        except (TypeError, ValueError) as exc:
+            raise bad_pair(index, pair) from exc
+        if (key is not None and key.__class__ is not bytes) or (
+            value is not None and value.__class__ is not bytes
+        ):
+            raise bad_pair(index, pair)
+    buf = bytearray(BATCH_HEADER_SIZE)
+    encode_body(((delta, 0, key, value, ()) for delta, (key, value) in enumerate(pairs)), buf)
+    return write_header(
+        buf,
+        base_offset=base_offset,
+        partition_leader_epoch=PARTITION_LEADER_EPOCH,
+        attributes=0,
+        last_offset_delta=len(pairs) - 1,
+        base_timestamp=timestamp_ms,
+        max_timestamp=timestamp_ms,
+        producer_id=NO_PRODUCER_ID,
+        producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE,
+        records_count=len(pairs),
+    )
+
+
+def encode_records(
+    records: Sequence[Record],
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    delete_horizon_ms: int | None = None,
+    max_timestamp_ms: int | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+) -> bytes:
+    """Encode records that already have offsets and timestamps: the cleaner's path.
+
+    Each record keeps its offset (as a delta from ``base_offset``), its
+    timestamp and its headers.  ``last_offset_delta`` may exceed the last
+    record's delta, and ``records`` may be empty: the batch then keeps its
+    offset range with ``records_count`` 0 (Kafka's empty batch), so offsets
+    after it never move.  ``max_timestamp_ms`` is only for an empty batch (the
+    timestamp it keeps, default :data:`NO_TIMESTAMP`); otherwise the max record
+    timestamp is used.  With ``delete_horizon_ms`` the KIP-534 attribute bit
+    is set and ``base_timestamp`` holds the horizon, record timestamps being
+    stored as deltas from it.  Bad arguments raise :class:`InvalidRecordError`.
+    """
+    records = check_encode_records_args(
+        records,
+        base_offset=base_offset,
+        last_offset_delta=last_offset_delta,
+        delete_horizon_ms=delete_horizon_ms,
+        max_timestamp_ms=max_timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+    )
+    if (
+        _FAST is None
+        or not records
+        or delete_horizon_ms is not None
+        or records[0].timestamp_ms == NO_TIMESTAMP
+    ):
+        # The builder bases timestamp deltas on the first record: no horizon, no empty
+        # batch; and it takes a first timestamp of -1 for "none yet" (Kafka takes it as is).
+        return _encode_records_py(
+            records,
+            base_offset=base_offset,
+            last_offset_delta=last_offset_delta,
+            delete_horizon_ms=delete_horizon_ms,
+            max_timestamp_ms=max_timestamp_ms,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            partition_leader_epoch=partition_leader_epoch,
+            is_transactional=is_transactional,
+        )
+    builder = _FAST[1](
+        MAGIC,
+        0,
+        int(is_transactional),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        INT32_MAX,
+    )
+    append = builder.append
+    no_headers: list[tuple[str, bytes | None]] = []
+    try:
+        for record in records:
+            headers = list(record.headers) if record.headers else no_headers
+            append(
+                record.offset - base_offset, record.timestamp_ms, record.key, record.value, headers
+            )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidRecordError(f"cannot encode records: {exc}") from exc
+    buf = builder.build()
+    patch_header(
+        buf,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        last_offset_delta=last_offset_delta,
+    )
+    return bytes(buf)
+
+
+def encode_records_py(
+    records: Sequence[Record],
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    delete_horizon_ms: int | None = None,
+    max_timestamp_ms: int | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+) -> bytes:
+    """Pure-Python reference of :func:`encode_records` (same contract, same bytes)."""
+    records = check_encode_records_args(
+        records,
+        base_offset=base_offset,
+        last_offset_delta=last_offset_delta,
+        delete_horizon_ms=delete_horizon_ms,
+        max_timestamp_ms=max_timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+    )
+    return _encode_records_py(
+        records,
+        base_offset=base_offset,
+        last_offset_delta=last_offset_delta,
+        delete_horizon_ms=delete_horizon_ms,
+        max_timestamp_ms=max_timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+    )
+
+
+def _encode_records_py(
+    records: Sequence[Record],
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    delete_horizon_ms: int | None,
+    max_timestamp_ms: int | None,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+    is_transactional: bool,
+) -> bytes:
+    attributes = TRANSACTIONAL_FLAG_MASK if is_transactional else 0
+    if records:
+        max_timestamp = max(record.timestamp_ms for record in records)
+        base_timestamp = records[0].timestamp_ms
+    else:
+        max_timestamp = NO_TIMESTAMP if max_timestamp_ms is None else max_timestamp_ms
+        base_timestamp = max_timestamp  # Kafka's DefaultRecordBatch.writeEmptyHeader
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_FLAG_MASK
+        base_timestamp = delete_horizon_ms
+    buf = bytearray(BATCH_HEADER_SIZE)
+    try:
+        encode_body(
+            (
+                (
+                    record.offset - base_offset,
+                    record.timestamp_ms - base_timestamp,
+                    record.key,
+                    record.value,
+                    record.headers,
+                )
+                for record in records
+            ),
+            buf,
+        )
+    except OverflowError as exc:
+        raise InvalidRecordError(f"a timestamp delta does not fit in 64 bits: {exc}") from exc
+    return write_header(
+        buf,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=len(records),
+    )
+
+
+def _log_append_time(header: BatchHeader) -> int | None:
+    return header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
+
+
+def decode_records_py(
+    batch: Buffer,
+    *,
+    path: Path | str,
+    position: int,
+    validate: bool = True,
+) -> list[Record]:
+    """Pure-Python reference of :func:`decode_records` (same contract, same records)."""
+    header = checked_batch(batch, path, position, validate)
+    return decode_body(
+        batch,
+        BATCH_HEADER_SIZE,
+        len(batch),
+        header.records_count,
+        base_offset=header.base_offset,
+        base_timestamp=header.base_timestamp,
+        log_append_time=_log_append_time(header),
+        make=Record,
+        path=path,
+        file_position=position,
+    )
+
+
+def _fast_reader(batch: Buffer, path: Path | str, position: int) -> Iterator[Any]:
+    assert _FAST is not None
+    reader, _builder, errors = _FAST
+    try:
+        yield from reader(bytes(batch))
+    except errors as exc:
+        raise CorruptRecordError(path, position, f"malformed records: {exc}") from exc
+
+
+def decode_records(
+    batch: Buffer,
+    *,
+    path: Path | str,
+    position: int,
+    validate: bool = True,
+) -> list[Record]:
+    """Decode one whole batch (``batch`` is exactly its bytes) into :class:`Record` s.
+
+    ``path`` and ``position`` (the batch's position in its file) name the
+    place in errors.  With ``validate`` the CRC is checked first (it is
+    cheap); framing errors raise :class:`CorruptRecordError`.  Control batches
+    are decoded like any other; callers skip them by ``header.is_control``.
+    With LogAppendTime every record carries the batch's max timestamp.
+    """
+    header = checked_batch(batch, path, position, validate)
+    if _FAST is None:
+        return decode_records_py(batch, path=path, position=position, validate=False)
+    if header.timestamp_type == LOG_APPEND_TIME:
+        stamp = header.max_timestamp
+        return [
+            Record(r.offset, stamp, r.key, r.value, tuple(r.headers))
+            for r in _fast_reader(batch, path, position)
+        ]
+    return [
+        Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+        for r in _fast_reader(batch, path, position)
+    ]
+
+
+def decode_key_values(
+    batch: Buffer,
+    *,
+    path: Path | str,
+    position: int,
+    validate: bool = True,
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Like :func:`decode_records` but only ``(offset, key, value)`` tuples: the restore path.
+
+    Skips building :class:`Record` objects, which is most of the per-record
+    cost once the compiled codec has done the parsing.
+    """
+    header = checked_batch(batch, path, position, validate)
+    if _FAST is None:
+        return decode_body(
+            batch,
+            BATCH_HEADER_SIZE,
+            len(batch),
+            header.records_count,
+            base_offset=header.base_offset,
+            base_timestamp=header.base_timestamp,
+            log_append_time=None,
+            make=lambda offset, _ts, key, value, _headers: (offset, key, value),
+            path=path,
+            file_position=position,
+        )
+    return [(r.offset, r.key, r.value) for r in _fast_reader(batch, path, position)]
