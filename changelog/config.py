@@ -16,12 +16,10 @@ from typing import Any, Final, Literal
 import attrs
 
 from changelog.errors import InvalidConfigError
-from changelog.limits import INT32_MAX
+from changelog.limits import INT32_MAX, INT64_MAX
 
-__all__ = ["LONG_MAX", "CleanerConfig", "CleanupPolicy", "LogConfig"]
+__all__ = ["CleanerConfig", "CleanupPolicy", "LogConfig"]
 
-LONG_MAX: Final = 2**63 - 1
-"""Java's ``Long.MAX_VALUE``: Kafka's spelling of "never"."""
 
 CleanupPolicy = Literal["compact", "delete", "compact,delete"]
 _POLICIES: Final = frozenset({"compact", "delete", "compact,delete", "delete,compact"})
@@ -119,7 +117,7 @@ class LogConfig:
     min_compaction_lag_ms: int = attrs.field(default=0, validator=_at_least(0))
     """``min.compaction.lag.ms``: records younger than this are never compacted."""
 
-    max_compaction_lag_ms: int = attrs.field(default=LONG_MAX, validator=_at_least(1))
+    max_compaction_lag_ms: int = attrs.field(default=INT64_MAX, validator=_at_least(1))
     """``max.compaction.lag.ms``: a dirty record older than this makes the log due."""
 
     file_delete_delay_ms: int = attrs.field(default=60_000, validator=_at_least(0))
@@ -129,7 +127,7 @@ class LogConfig:
     """``flush.messages``: fsync once this many records are unflushed.  The default 1
     (Kafka's is ``Long.MAX_VALUE``) fsyncs every append before it returns."""
 
-    flush_ms: int = attrs.field(default=LONG_MAX, validator=_at_least(0))
+    flush_ms: int = attrs.field(default=INT64_MAX, validator=_at_least(0))
     """``flush.ms``: fsync on append when the last fsync is older than this."""
 
     def __attrs_post_init__(self) -> None:

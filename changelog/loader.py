@@ -16,17 +16,19 @@ L3    delete ``.swap`` files at or above the lowest ``.cleaned``       S1-S2
 L4    for each ``.log.swap``: delete the ordinary segment files in     S4
       ``[swap base offset, swap next offset)`` it replaces
 L5    rename every ``.swap`` file to its ordinary name                 S5
-L6    delete index files whose ``.log`` is missing (orphans)           a cut between the three
-                                                                       renames of one segment
+L6    delete index files whose ``.log`` is missing (orphans) at an     S2, S4, S5, D1, T1: a
+      end of the log; an orphan between two segments is a lost        cut between the three
+      ``.log``: ``CorruptDataError``, nothing deleted                  renames of one segment
 L7    open every segment; rebuild an index that is missing,            any
       unreadable, fails its sanity check or points past its ``.log``
       (even after a clean shutdown)
 L8    no clean-shutdown marker: recover every segment from the one     A1-A2, R2, T2
       holding the recovery point: CRC batch by batch, rebuild indexes,
       cut a torn tail and delete every later segment
-L9    log start offset = max(checkpoint, first base offset); a log     D3
-      start past the log end deletes everything (Kafka's rule); no
-      segment left: create an empty one at the log start offset
+L9    log start offset = max(checkpoint, first base offset); a         D3, C2
+      checkpoint past the log end is ignored with a warning, the data
+      kept (not Kafka's rule: see docs/recovery.md); no segment left:
+      create an empty one at the log start offset
 L10   delete the clean-shutdown marker (and fsync the directory)       C5
 ====  ===============================================================  ======================
 
@@ -48,27 +50,21 @@ from typing import Final
 import attrs
 
 from changelog.config import LogConfig
-from changelog.errors import CorruptCheckpointError, CorruptDataError, CorruptIndexError
+from changelog.errors import CorruptDataError, CorruptIndexError
 from changelog.fs import files
-from changelog.fs.checkpoint import read_checkpoint, write_checkpoint
+from changelog.fs.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    read_offset_checkpoint,
+)
+from changelog.fs.files import CLEAN_SHUTDOWN_FILE
 from changelog.segment.segment import LogSegment
 
 __all__ = [
-    "CLEAN_SHUTDOWN_FILE",
-    "LOG_START_OFFSET_CHECKPOINT",
-    "RECOVERY_POINT_CHECKPOINT",
     "LoadedLog",
     "load_log",
-    "read_offset_checkpoint",
-    "write_offset_checkpoint",
 ]
 
-CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
-"""Written last by a clean close; its absence at open means "recover"."""
-RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
-"""Offsets below the recovery point were flushed; segments from it on are re-validated."""
-LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
-"""The log start offset, as of the last clean close."""
 
 _TMP_SUFFIX: Final = ".tmp"
 _INDEX_SUFFIXES: Final = (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
@@ -93,27 +89,6 @@ class LoadedLog:
 
 
 # --------------------------------------------------------------------------- checkpoints
-
-
-def read_offset_checkpoint(path: Path, topic: str, partition: int) -> int | None:
-    """This partition's offset in a Kafka text checkpoint file, ``None`` if absent.
-
-    A file that cannot be parsed is logged and treated as absent (which only
-    makes the loader do more work: recovery point 0 re-validates everything).
-    """
-    if not path.exists():
-        return None
-    try:
-        entries = read_checkpoint(path)
-    except CorruptCheckpointError as exc:
-        logger.warning("[%s-%s] ignoring unreadable checkpoint: %s", topic, partition, exc)
-        return None
-    return entries.get((topic, partition))
-
-
-def write_offset_checkpoint(path: Path, topic: str, partition: int, offset: int) -> None:
-    """Atomically write a checkpoint file holding this partition's ``offset``."""
-    write_checkpoint(path, {(topic, partition): offset})
 
 
 # --------------------------------------------------------------------------- the passes

@@ -21,15 +21,11 @@ from typing import Final
 from changelog.config import LogConfig
 from changelog.errors import InvalidConfigError, LogStorageError
 from changelog.fs import files
+from changelog.fs.checkpoint import LOG_START_OFFSET_CHECKPOINT, write_offset_checkpoint
+from changelog.fs.files import CLEAN_SHUTDOWN_FILE
 from changelog.fs.lock import DirectoryLock
 from changelog.limits import INT32_MAX
-from changelog.loader import (
-    CLEAN_SHUTDOWN_FILE,
-    LOG_START_OFFSET_CHECKPOINT,
-    LoadedLog,
-    load_log,
-    write_offset_checkpoint,
-)
+from changelog.loader import LoadedLog, load_log
 from changelog.log_segments import LogSegments
 
 __all__ = ["close_partition_dir", "open_partition_dir", "parse_topic_partition"]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from changelog.config import LogConfig
-from changelog.loader import RECOVERY_POINT_CHECKPOINT, write_offset_checkpoint
+from changelog.fs.checkpoint import RECOVERY_POINT_CHECKPOINT, write_offset_checkpoint
 
 __all__ = ["RecoveryPoint"]
 

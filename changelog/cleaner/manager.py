@@ -51,10 +51,9 @@ from changelog.cleaner.horizon import (
     scan_pending_delete_horizon,
 )
 from changelog.cleaner.views import CleanableLog, CleanableSegment
-from changelog.fs.checkpoint import read_checkpoint, write_checkpoint
+from changelog.fs.checkpoint import CLEANER_CHECKPOINT, read_checkpoint, write_checkpoint
 
 __all__ = [
-    "CLEANER_CHECKPOINT_FILE",
     "CleanableLog",
     "CleanableSegment",
     "CleanerManager",
@@ -71,8 +70,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-CLEANER_CHECKPOINT_FILE: Final = "cleaner-offset-checkpoint"
-"""Name of the cleaner checkpoint inside the partition directory (Kafka's file name)."""
 
 DUE_MAX_COMPACTION_LAG: Final = "max compaction lag"
 DUE_DELETE_HORIZON: Final = "delete horizon"
@@ -93,7 +90,7 @@ def read_cleaner_checkpoint(log: CleanableLog) -> int | None:
     A corrupt checkpoint raises :class:`~changelog.errors.CorruptCheckpointError`
     (with path and position); it is never silently treated as absent.
     """
-    path = log.dir / CLEANER_CHECKPOINT_FILE
+    path = log.dir / CLEANER_CHECKPOINT
     if not path.exists():
         return None
     entries = read_checkpoint(path)
@@ -102,7 +99,7 @@ def read_cleaner_checkpoint(log: CleanableLog) -> int | None:
 
 def write_cleaner_checkpoint(log: CleanableLog, offset: int) -> None:
     """Save ``offset`` as the first dirty offset (atomically: temp file, fsync, rename)."""
-    write_checkpoint(log.dir / CLEANER_CHECKPOINT_FILE, {(log.topic, log.partition): offset})
+    write_checkpoint(log.dir / CLEANER_CHECKPOINT, {(log.topic, log.partition): offset})
 
 
 # ---------------------------------------------------------------- cleanable range

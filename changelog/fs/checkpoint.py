@@ -36,6 +36,7 @@ must be serialised by the caller (each write is atomic on its own).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -51,10 +52,17 @@ from changelog.limits import INT32_MAX, INT64_MAX
 
 __all__ = [
     "CHECKPOINT_VERSION",
+    "CLEANER_CHECKPOINT",
+    "LOG_START_OFFSET_CHECKPOINT",
+    "RECOVERY_POINT_CHECKPOINT",
     "InvalidCheckpointEntryError",
     "read_checkpoint",
+    "read_offset_checkpoint",
     "write_checkpoint",
+    "write_offset_checkpoint",
 ]
+
+_logger = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION: Final = 0
 _TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -166,3 +174,34 @@ def write_checkpoint(path: Path, entries: Mapping[tuple[str, int], int]) -> None
     lines = [str(CHECKPOINT_VERSION), str(len(checked))]
     lines += [f"{topic} {partition} {offset}" for topic, partition, offset in sorted(checked)]
     files.atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"), "checkpoint")
+
+
+# ------------------------------------------------------- the files of a partition directory
+
+CLEANER_CHECKPOINT: Final = "cleaner-offset-checkpoint"
+"""Name of the cleaner checkpoint inside the partition directory (Kafka's file name)."""
+RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
+"""Offsets below the recovery point were flushed; segments from it on are re-validated."""
+LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
+"""The log start offset, as of the last clean close."""
+
+
+def read_offset_checkpoint(path: Path, topic: str, partition: int) -> int | None:
+    """This partition's offset in a Kafka text checkpoint file, ``None`` if absent.
+
+    A file that cannot be parsed is logged and treated as absent (which only
+    makes the loader do more work: recovery point 0 re-validates everything).
+    """
+    if not path.exists():
+        return None
+    try:
+        entries = read_checkpoint(path)
+    except CorruptCheckpointError as exc:
+        _logger.warning("[%s-%s] ignoring unreadable checkpoint: %s", topic, partition, exc)
+        return None
+    return entries.get((topic, partition))
+
+
+def write_offset_checkpoint(path: Path, topic: str, partition: int, offset: int) -> None:
+    """Atomically write a checkpoint file holding this partition's ``offset``."""
+    write_checkpoint(path, {(topic, partition): offset})

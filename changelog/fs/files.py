@@ -28,6 +28,7 @@ from changelog.errors import LogStorageError
 
 __all__ = [
     "CLEANED_SUFFIX",
+    "CLEAN_SHUTDOWN_FILE",
     "DELETED_SUFFIX",
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
@@ -48,6 +49,8 @@ __all__ = [
     "write_fd",
 ]
 
+CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+"""Written last by a clean close; its absence at open means "recover" (Kafka's marker file)."""
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"

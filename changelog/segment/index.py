@@ -50,7 +50,7 @@ __all__ = ["FixedWidthIndex", "IndexOperationError"]
 class FixedWidthIndex:
     """A sparse index of fixed-width ``(key, value)`` entries, in memory and in its file.
 
-    Subclasses set the entry layout (``_ENTRY``, a big-endian :class:`struct.Struct`
+    Subclasses set the entry layout (``ENTRY``, a big-endian :class:`struct.Struct`
     built one field per line), the column type codes and names, which column
     holds offsets (for :meth:`truncate_to`), and translate entries to and from
     their public named tuples.
@@ -65,7 +65,7 @@ class FixedWidthIndex:
     descriptor (its position is always the end of the file) and ``closed``.
     """
 
-    _ENTRY: ClassVar[struct.Struct]
+    ENTRY: ClassVar[struct.Struct]
     _KEY_TYPE: ClassVar[str]
     _VALUE_TYPE: ClassVar[str]
     _KEY_NAME: ClassVar[str]
@@ -99,7 +99,7 @@ class FixedWidthIndex:
     @classmethod
     def entry_size(cls) -> int:
         """Bytes per entry in the file."""
-        return cls._ENTRY.size
+        return cls.ENTRY.size
 
     @classmethod
     def open(cls, path: Path, base_offset: int, *, max_index_size: int) -> Self:
@@ -150,7 +150,7 @@ class FixedWidthIndex:
         values = array.array(cls._VALUE_TYPE)
         previous_key = cls._KEY_MIN - 1
         previous_value = cls._VALUE_MIN
-        for n, (key, value) in enumerate(cls._ENTRY.iter_unpack(data)):
+        for n, (key, value) in enumerate(cls.ENTRY.iter_unpack(data)):
             if key <= previous_key:
                 raise CorruptIndexError(
                     path,
@@ -261,7 +261,7 @@ class FixedWidthIndex:
                 self._path, f"{self._KIND} is full ({len(self._keys)} of {self._max_entries})"
             )
         try:
-            files.write_fd(fd, self._ENTRY.pack(key, value), self._path, "index.append")
+            files.write_fd(fd, self.ENTRY.pack(key, value), self._path, "index.append")
         except LogStorageError:
             self._cut_partial_entry(fd)
             raise

@@ -47,7 +47,7 @@ class OffsetIndex(FixedWidthIndex):
     Thread-safety: thread-safe (the base class's lock guards everything).
     """
 
-    _ENTRY = struct.Struct(">" + "".join(code for _, code in _FIELDS))
+    ENTRY = struct.Struct(">" + "".join(code for _, code in _FIELDS))
     _KEY_TYPE = "i"
     _VALUE_TYPE = "i"
     _KEY_NAME = "relative offset"

@@ -51,7 +51,7 @@ class TimeIndex(FixedWidthIndex):
     Thread-safety: thread-safe (the base class's lock guards everything).
     """
 
-    _ENTRY = struct.Struct(">" + "".join(code for _, code in _FIELDS))
+    ENTRY = struct.Struct(">" + "".join(code for _, code in _FIELDS))
     _KEY_TYPE = "q"
     _VALUE_TYPE = "i"
     _KEY_NAME = "timestamp"

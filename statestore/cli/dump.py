@@ -29,7 +29,6 @@ Thread-safety: plain functions.
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -47,6 +46,8 @@ from changelog.record.batch import (
     decode_records,
     validate_batch,
 )
+from changelog.segment.offset_index import OffsetIndex
+from changelog.segment.time_index import TimeIndex
 from statestore.cli.errors import UsageError
 from statestore.cli.output import decode_for_display, jsonable
 from statestore.cli.progress import Progress
@@ -60,8 +61,6 @@ __all__ = [
     "segment_files",
 ]
 
-_OFFSET_ENTRY: Final = struct.Struct(">ii")
-_TIME_ENTRY: Final = struct.Struct(">qi")
 _SUFFIX_ORDER: Final = {LOG_SUFFIX: 0, INDEX_SUFFIX: 1, TIME_INDEX_SUFFIX: 2}
 
 
@@ -105,8 +104,8 @@ def segment_files(path: Path) -> list[Path]:
 def read_index_entries(data: bytes, base_offset: int) -> list[tuple[int, int]]:
     """``(absolute offset, position)`` entries of an ``.index`` file, preallocated zeros dropped."""
     entries: list[tuple[int, int]] = []
-    for i in range(len(data) // _OFFSET_ENTRY.size):
-        relative, position = _OFFSET_ENTRY.unpack_from(data, i * _OFFSET_ENTRY.size)
+    for i in range(len(data) // OffsetIndex.ENTRY.size):
+        relative, position = OffsetIndex.ENTRY.unpack_from(data, i * OffsetIndex.ENTRY.size)
         if i > 0 and relative == 0 and position == 0:
             break
         entries.append((base_offset + relative, position))
@@ -116,8 +115,8 @@ def read_index_entries(data: bytes, base_offset: int) -> list[tuple[int, int]]:
 def read_time_index_entries(data: bytes, base_offset: int) -> list[tuple[int, int]]:
     """``(timestamp, absolute offset)`` entries of a ``.timeindex`` file, preallocated zeros dropped."""
     entries: list[tuple[int, int]] = []
-    for i in range(len(data) // _TIME_ENTRY.size):
-        timestamp, relative = _TIME_ENTRY.unpack_from(data, i * _TIME_ENTRY.size)
+    for i in range(len(data) // TimeIndex.ENTRY.size):
+        timestamp, relative = TimeIndex.ENTRY.unpack_from(data, i * TimeIndex.ENTRY.size)
         if i > 0 and timestamp == 0 and relative == 0:
             break
         entries.append((timestamp, base_offset + relative))

@@ -26,12 +26,11 @@ from typing import Final, cast
 
 import attrs
 
-from changelog.cleaner.manager import CLEANER_CHECKPOINT_FILE as CLEANER_CHECKPOINT
 from changelog.errors import CorruptRecordError, UnsupportedFormatError
-from changelog.fs.files import LOG_SUFFIX, parse_base_offset
+from changelog.fs.checkpoint import CLEANER_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
+from changelog.fs.checkpoint import LOG_START_OFFSET_CHECKPOINT as LOG_START_CHECKPOINT
+from changelog.fs.files import CLEAN_SHUTDOWN_FILE, LOG_SUFFIX, parse_base_offset
 from changelog.fs.lock import LOCK_FILE_NAME as LOCK_FILE
-from changelog.loader import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
-from changelog.loader import LOG_START_OFFSET_CHECKPOINT as LOG_START_CHECKPOINT
 from changelog.record.batch import decode_header, decode_key_values
 from statestore.builder import rocksdb_dir
 from statestore.cli.errors import UsageError

@@ -41,19 +41,19 @@ from typing import Final, Literal
 
 import attrs
 
-from changelog.cleaner.manager import CLEANER_CHECKPOINT_FILE
 from changelog.errors import CorruptRecordError, UnsupportedFormatError
+from changelog.fs.checkpoint import (
+    CLEANER_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+)
 from changelog.fs.files import (
+    CLEAN_SHUTDOWN_FILE,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     parse_base_offset,
     segment_file_name,
-)
-from changelog.loader import (
-    CLEAN_SHUTDOWN_FILE,
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
 )
 from changelog.record.batch import BatchHeader, decode_header, validate_batch
 from statestore.cli.dump import read_index_entries, read_time_index_entries
@@ -72,7 +72,7 @@ Severity = Literal["error", "warning", "info"]
 
 CHECKPOINT_FILES: Final = (
     RECOVERY_POINT_CHECKPOINT,
-    CLEANER_CHECKPOINT_FILE,
+    CLEANER_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
 )
 _MAGIC_POSITION: Final = 16

@@ -16,12 +16,12 @@ import pytest
 from changelog.config import LogConfig
 from changelog.errors import CorruptRecordError
 from changelog.fs import files
-from changelog.loader import (
-    CLEAN_SHUTDOWN_FILE,
+from changelog.fs.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     write_offset_checkpoint,
 )
+from changelog.fs.files import CLEAN_SHUTDOWN_FILE
 from changelog.log import Log
 from changelog.record.batch import decode_records, encode_records
 from changelog.segment.segment import LogSegment

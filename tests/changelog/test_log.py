@@ -25,7 +25,8 @@ from changelog.errors import (
     RecordTooLargeError,
 )
 from changelog.fs import files
-from changelog.loader import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
+from changelog.fs.checkpoint import RECOVERY_POINT_CHECKPOINT
+from changelog.fs.files import CLEAN_SHUTDOWN_FILE
 from changelog.log import Log, parse_topic_partition
 from changelog.record.batch import encode_records
 from changelog.segment.segment import LogSegment

@@ -16,7 +16,6 @@ import attrs
 import pytest
 
 from changelog.cleaner.manager import (
-    CLEANER_CHECKPOINT_FILE,
     CleanerManager,
     cleanable_offsets,
     log_to_clean,
@@ -26,6 +25,7 @@ from changelog.cleaner.manager import (
 )
 from changelog.config import LogConfig
 from changelog.errors import CorruptCheckpointError
+from changelog.fs.checkpoint import CLEANER_CHECKPOINT
 
 NOW = 1_000_000
 
@@ -241,7 +241,7 @@ def test_non_compacted_logs_are_never_chosen(tmp_path: Path) -> None:
 def test_a_log_that_fails_to_measure_is_marked_uncleanable(tmp_path: Path) -> None:
     good = make_log(tmp_path, [0, 10, 20], name="t-0")
     bad = make_log(tmp_path, [0, 10, 20], name="t-1")
-    (bad.dir / CLEANER_CHECKPOINT_FILE).write_text("garbage\n")
+    (bad.dir / CLEANER_CHECKPOINT).write_text("garbage\n")
     manager = CleanerManager()
     chosen = manager.grab_filthiest_log([bad, good], NOW)
     assert chosen is not None and chosen.log is good
@@ -260,12 +260,12 @@ def test_checkpoint_round_trip_in_kafka_format(tmp_path: Path) -> None:
     assert read_cleaner_checkpoint(log) is None
     write_cleaner_checkpoint(log, 42)
     assert read_cleaner_checkpoint(log) == 42
-    assert (log.dir / CLEANER_CHECKPOINT_FILE).read_text() == "0\n1\norders 3 42\n"
+    assert (log.dir / CLEANER_CHECKPOINT).read_text() == "0\n1\norders 3 42\n"
 
 
 def test_corrupt_checkpoint_is_reported_not_ignored(tmp_path: Path) -> None:
     log = make_log(tmp_path, [0, 10])
-    (log.dir / CLEANER_CHECKPOINT_FILE).write_text("0\n1\nt 0 notanumber\n")
+    (log.dir / CLEANER_CHECKPOINT).write_text("0\n1\nt 0 notanumber\n")
     with pytest.raises(CorruptCheckpointError) as info:
         read_cleaner_checkpoint(log)
-    assert info.value.path == log.dir / CLEANER_CHECKPOINT_FILE
+    assert info.value.path == log.dir / CLEANER_CHECKPOINT
