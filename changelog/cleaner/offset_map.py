@@ -1,4 +1,4 @@
-"""The cleaner's bounded key-hash -> offset map (Kafka's ``SkimpyOffsetMap``).
+"""The cleaner's bounded key-hash -> offset map (Kafka's ``SkimpyOffsetMap``), 16 bytes a slot.
 
 While it builds the map over the dirty section of a log, the cleaner records,
 for every key, the offset of the latest record with that key.  The map never
@@ -6,44 +6,67 @@ stores a key: it stores a fixed-size hash of it, so its memory is bounded by
 configuration (``CleanerConfig.dedupe_buffer_size_bytes``) however long the
 keys are.
 
-Layout: one ``dict`` from a 96-bit key hash (a Python ``int``) to the latest
-offset (a Python ``int``).  Every per-record step runs in C-level loops over a
-whole batch: ``map(hash, keys)``, ``map(crc32c, keys)``, ``dict.update(zip(...))``
-to put and ``map(dict.get, ...)`` to look up; no Python code runs per record.
+Layout: three numpy arrays, one row per distinct key, sorted by key hash, and
+allocated once when the map is created (``np.empty``: pages are touched as rows
+fill):
 
-=====================  =====================================================
-memory per entry       bytes (CPython 3.11, 64-bit, measured with tracemalloc)
-=====================  =====================================================
-key hash ``int``       40 (96 bits: four 30-bit digits)
-offset ``int``         32
-dict table             30 (just before a resize) to 60 (just after one)
-resize transient       +30 while the old and the new table coexist
-total, worst case      164 measured; :data:`SLOT_BYTES` = 168 is what a pass
-                       budgets, so ``memory_bytes // 168`` entries never take
-                       more than ``memory_bytes``
-=====================  =====================================================
+=====  ======  ======  =================================================
+bytes  array   dtype   meaning
+=====  ======  ======  =================================================
+8      hashes  int64   CPython's SipHash-1-3 of the key (``hash(key)``)
+4      tags    uint32  CRC-32C of the key
+4      deltas  uint32  latest offset minus the map's base offset (the first
+                       offset put since :meth:`OffsetMap.clear`)
+=====  ======  ======  =================================================
 
-So one MiB of dedupe buffer holds 6,241 keys per pass (5,617 at the default
-load factor of 0.9), against 43,690 for Kafka's 24-byte slots: the buffer buys
-about 7x fewer keys, and a log with more dirty keys than that takes more,
-cheaper passes (the "map fills -> clean up to there -> continue next pass"
-rule is unchanged).  The dict grows with the keys actually seen, so a small
-dirty section never touches the whole budget.
+**Budget.** :data:`SLOT_BYTES` = 16: ``slots = memory_bytes // 16`` and the map
+accepts ``capacity = int(slots * load_factor)`` keys.  Everything the map ever
+allocates fits in ``memory_bytes``: the rows (``capacity`` of them) plus a
+*stage* of recent puts, plus the temporaries of merging the stage, all come out
+of the ``slots - capacity`` rows the load factor leaves free
+(:data:`WORK_BYTES_PER_STAGED` bytes of temporaries per staged record, measured
+with tracemalloc, see ``tests/changelog/test_offset_map.py``).  A 4 MiB buffer
+at the default load factor of 0.9 maps 235,929 keys per pass (the dict-based
+map before it budgeted 168 bytes and mapped 22,469; Kafka's 24-byte slots map
+157,286).  At load factor 1.0 there is no free row and the stage is one record:
+the map then exceeds its budget by at most one staged record's temporaries.
 
-The hash: ``(hash(key) << 32) ^ crc32c(key)``, i.e. the pair of CPython's
-64-bit SipHash-1-3 of the bytes and their CRC-32C: 96 bits.  ``hash`` is
-randomized per process (``PYTHONHASHSEED``), which is fine because a map is
-built and used within one pass in one process and never stored.  Two different
-keys with equal hashes are the same key to the map, and the cleaner would then
-drop the older one's latest value.  With ``n`` distinct keys in one pass the
-chance of any such pair is about ``n**2 / 2**97``: 6e-18 for a million keys,
-6e-16 for ten million (a map of 1.6 GiB), far below the rate of undetected
-disk or memory errors.  SipHash is keyed by the per-process seed, so even keys
-chosen by an adversary collide with probability ~2**-64 per pair (CRC-32C is
-not keyed and adds its 32 bits only for keys not chosen to collide).  Kafka
-uses MD5 (128 bits); the earlier version of this map stored 16-byte BLAKE2b
-digests in open-addressed arrays (24 bytes a slot) but its Python probe loop
-cost ~1 us per record each way, 72% of a pass; this map costs ~0.2 us.
+**Operations, batch-shaped.** :meth:`OffsetMap.put_batch` computes the hashes of
+a batch in C-level loops (``map(hash, ...)``, ``map(crc32c, ...)`` into
+``np.fromiter``) and appends them to the stage.  When the stage is full, or
+before any lookup, it is merged: stable sort, keep the last record of each
+key, ``searchsorted`` into the sorted rows, overwrite the deltas of known keys,
+and insert the new ones in place (rows move up in chunks from the top, so no
+copy of the whole map is ever made).  A merge costs O(stage log stage +
+rows); stages are sized to the free rows, so growing to millions of keys takes
+a few dozen merges.  Lookups (:meth:`OffsetMap.get_batch`) are one
+``searchsorted`` per batch plus an equality test of hash and tag.
+
+**Capacity rule** (Kafka's): the map takes new keys until it holds
+``capacity``; the record whose key would be the (capacity+1)-th distinct key is
+the first one not consumed, and the cleaner cleans up to there and leaves the
+rest for the next pass.  A batch that could cross the limit is merged on its
+own and cut exactly there.  The map also stops before an offset more than
+``2**32 - 2`` past its base offset (the delta would not fit its 32 bits).
+
+**Collisions** (Kafka's rule: equal hash = same key).  Two keys are the same
+key to the map when both their 64-bit SipHash and their CRC-32C are equal (96
+bits); the cleaner would then drop the older one's latest value.  With ``n``
+distinct keys in one pass the chance of any such pair is about ``n**2 /
+2**97``: 6e-18 for a million keys, 6e-16 for ten million (a map of 178 MB),
+far below the rate of undetected disk or memory errors.  SipHash is keyed by
+the per-process seed (``PYTHONHASHSEED``), which is fine because a map is built
+and used within one pass in one process and never stored; even keys chosen by
+an adversary collide with probability ~2**-64 per pair.  Kafka uses MD5 (128
+bits) and accepts the same kind of risk.  Keys with equal SipHash and unequal
+CRC-32C are distinct keys and are kept apart (rows are ordered by hash, then
+tag).
+
+Rejected designs: a ``dict`` of 96-bit ``int`` -> ``int`` (107-134 bytes per
+key, budgeted 168: a 4 MiB buffer took 45 passes over 1M records / 200k keys);
+open-addressed numpy arrays (probing at load 0.9 needs many vectorized rounds
+per batch); sorted arrays rebuilt on every merge (``np.insert`` copies the
+whole map each time: 32 bytes per key at peak and slow growth at 5M keys).
 
 Thread-safety: none.  A map belongs to one cleaning pass at a time; the
 caller (one cleaner worker) is its only user.
@@ -51,50 +74,104 @@ caller (one cleaner worker) is its only user.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from itertools import repeat
-from operator import lshift, xor
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final, cast
 
+import numpy as np
 from crc32c import crc32c
 
 from changelog.errors import InvalidConfigError
 
-__all__ = ["HASH_BITS", "SLOT_BYTES", "OffsetMap", "key_hashes"]
+__all__ = [
+    "HASH_BITS",
+    "SLOT_BYTES",
+    "WORK_BYTES_PER_STAGED",
+    "KeyHashes",
+    "OffsetMap",
+    "key_hashes",
+]
 
 HASH_BITS: Final = 96
 """Width of the stored key hash: 64-bit SipHash (``hash``) next to 32-bit CRC-32C."""
 
-SLOT_BYTES: Final = 168
-"""Memory budgeted per entry (hash int, offset int, dict table with resize slack)."""
+SLOT_BYTES: Final = 16
+"""Memory budgeted per slot: 8 (hash) + 4 (tag) + 4 (offset delta); working space comes
+out of the slots the load factor leaves free."""
+
+WORK_BYTES_PER_STAGED: Final = 96
+"""Upper bound of a merge's temporaries per staged record (measured peak: see the tests)."""
 
 _EMPTY: Final = -1
 _MIN_SLOTS: Final = 3
+_MAX_DELTA: Final = 2**32 - 2
+_SMALL_INSERT: Final = 16  # at most this many new keys: move rows with slices
+
+KeyHashes = tuple[Any, Any]
+"""``(hashes, tags)``: the int64 SipHash and uint32 CRC-32C arrays of a batch of keys."""
 
 
-def key_hashes(keys: Iterable[bytes]) -> list[int]:
-    """The 96-bit map hash of each key (no ``None``), computed in C-level loops."""
-    keys = keys if isinstance(keys, list | tuple) else list(keys)
-    return list(map(xor, map(lshift, map(hash, keys), repeat(32)), map(crc32c, keys)))
+def key_hashes(keys: Sequence[bytes]) -> KeyHashes:
+    """The map hash of each key (no ``None``): ``(int64 SipHash array, uint32 CRC-32C array)``."""
+    n = len(keys)
+    return (
+        np.fromiter(map(hash, keys), dtype=np.int64, count=n),
+        np.fromiter(map(crc32c, keys), dtype=np.uint32, count=n),
+    )
+
+
+def _unique_last(h: Any, t: Any, o: Any) -> tuple[Any, Any, Any]:
+    """Sort a batch by (hash, tag) and keep the last record of each key (batch order)."""
+    if len(h) <= 1:
+        return h, t, o
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    same_h = hs[1:] == hs[:-1]
+    if same_h.any():
+        ts = t[order]
+        if (same_h & (ts[1:] != ts[:-1])).any():  # equal SipHash, different keys: rare
+            order = np.lexsort((t, h))  # stable: batch order within a key
+            hs, ts = h[order], t[order]
+            same_h = hs[1:] == hs[:-1]
+        keep = np.ones(len(hs), dtype=bool)
+        keep[:-1] = ~(same_h & (ts[1:] == ts[:-1]))  # the last of each run of equal keys
+        del same_h
+        order = order[keep]
+        return hs[keep], ts[keep], o[order]
+    return hs, t[order], o[order]
 
 
 class OffsetMap:
     """A memory-bounded map from key hash to the latest offset seen for that key.
 
-    ``memory_bytes`` bounds the map: it holds at most ``slots = memory_bytes //
-    SLOT_BYTES`` entries.  ``load_factor`` is ``CleanerConfig.dedupe_buffer_load_factor``:
-    the map accepts new keys until ``size`` reaches ``capacity = int(slots *
-    load_factor)``; after that :meth:`put_batch` stops and reports how far it
-    got, and the cleaner cleans up to there and leaves the rest for the next pass.
+    ``memory_bytes`` bounds the map: it has ``slots = memory_bytes // SLOT_BYTES``
+    slots.  ``load_factor`` is ``CleanerConfig.dedupe_buffer_load_factor``: the map
+    accepts new keys until ``size`` reaches ``capacity = int(slots * load_factor)``;
+    after that :meth:`put_batch` stops and reports how far it got, and the cleaner
+    cleans up to there and leaves the rest for the next pass.
 
-    Invariants: ``0 <= size <= capacity <= slots``; ``latest_offset`` is ``-1``
-    or the largest offset passed to a put (or to :meth:`update_latest_offset`)
-    since the last :meth:`clear`; every stored offset is ``<= latest_offset``.
+    Invariants: ``0 <= size <= capacity <= slots``; rows ``[0, size)`` are sorted
+    by (hash, tag) with no two equal; rows ``[size, size + staged)`` are the stage
+    (puts not yet merged, in put order); ``latest_offset`` is ``-1`` or the largest
+    offset passed to a put (or to :meth:`update_latest_offset`) since the last
+    :meth:`clear`; every stored offset is ``<= latest_offset``.
 
     Thread-safety: none (see the module docstring).
     """
 
-    __slots__ = ("_capacity", "_latest_offset", "_map", "_slots", "lookups")
+    __slots__ = (
+        "_base",
+        "_capacity",
+        "_deltas",
+        "_hashes",
+        "_latest_offset",
+        "_rows",
+        "_size",
+        "_slots",
+        "_stage_max",
+        "_staged",
+        "_tags",
+        "lookups",
+    )
 
     def __init__(self, memory_bytes: int, *, load_factor: float = 0.9) -> None:
         slots = memory_bytes // SLOT_BYTES
@@ -102,18 +179,26 @@ class OffsetMap:
             raise InvalidConfigError(
                 "dedupe_buffer_size_bytes",
                 memory_bytes,
-                f"must hold at least {_MIN_SLOTS} entries of {SLOT_BYTES} bytes",
+                f"must hold at least {_MIN_SLOTS} slots of {SLOT_BYTES} bytes",
             )
         capacity = int(slots * load_factor)
         if capacity < 1:
             raise InvalidConfigError(
                 "dedupe_buffer_load_factor",
                 load_factor,
-                f"leaves no room in a map of {slots} entries: cleaning could never progress",
+                f"leaves no room in a map of {slots} slots: cleaning could never progress",
             )
         self._slots = slots
         self._capacity = capacity
-        self._map: dict[int, int] = {}
+        free_bytes = (slots - capacity) * SLOT_BYTES
+        self._stage_max = max(1, free_bytes // (SLOT_BYTES + WORK_BYTES_PER_STAGED))
+        self._rows = capacity  # the stage lives in rows [size, capacity)
+        self._hashes = np.empty(self._rows, dtype=np.int64)
+        self._tags = np.empty(self._rows, dtype=np.uint32)
+        self._deltas = np.empty(self._rows, dtype=np.uint32)
+        self._size = 0
+        self._staged = 0
+        self._base = -1
         self._latest_offset = -1
         self.lookups = 0
         """Number of keys looked up or inserted since :meth:`clear` (statistics)."""
@@ -122,7 +207,7 @@ class OffsetMap:
 
     @property
     def slots(self) -> int:
-        """Most entries the memory budget allows (``memory_bytes // SLOT_BYTES``)."""
+        """Slots the memory budget allows (``memory_bytes // SLOT_BYTES``)."""
         return self._slots
 
     @property
@@ -131,9 +216,15 @@ class OffsetMap:
         return self._capacity
 
     @property
+    def stage_records(self) -> int:
+        """Most puts staged before a merge (what the free slots pay for)."""
+        return self._stage_max
+
+    @property
     def size(self) -> int:
-        """Number of distinct key hashes stored."""
-        return len(self._map)
+        """Number of distinct key hashes stored (merges the stage first)."""
+        self._merge_stage()
+        return self._size
 
     @property
     def memory_bytes(self) -> int:
@@ -143,12 +234,12 @@ class OffsetMap:
     @property
     def utilization(self) -> float:
         """``size / slots``: how full the map is (Kafka's buffer utilization)."""
-        return len(self._map) / self._slots
+        return self.size / self._slots
 
     @property
     def is_full(self) -> bool:
         """Whether ``size`` has reached ``capacity`` (no new key is accepted)."""
-        return len(self._map) >= self._capacity
+        return self.size >= self._capacity
 
     @property
     def latest_offset(self) -> int:
@@ -160,8 +251,10 @@ class OffsetMap:
         self._latest_offset = max(self._latest_offset, offset)
 
     def clear(self) -> None:
-        """Empty the map (its memory is given back)."""
-        self._map = {}
+        """Empty the map (its arrays are kept for the next pass)."""
+        self._size = 0
+        self._staged = 0
+        self._base = -1
         self._latest_offset = -1
         self.lookups = 0
 
@@ -181,54 +274,193 @@ class OffsetMap:
         ``None`` keys (records without a key) are skipped but still extend
         ``latest_offset``.  Offsets must not decrease (a log is read in order).
         Returns how many leading entries were consumed; less than ``len(keys)``
-        means the map is full and ``latest_offset`` is the offset of the last
-        consumed entry.
+        means the map is full (or the next offset is out of its 32-bit range)
+        and ``latest_offset`` is the offset of the last consumed entry.
         """
-        if len(keys) != len(offsets):
-            raise ValueError(f"zip() arguments differ in length: {len(keys)} != {len(offsets)}")
-        if not keys:
+        n = len(keys)
+        if n != len(offsets):
+            raise ValueError(f"zip() arguments differ in length: {n} != {len(offsets)}")
+        if not n:
             return 0
-        table = self._map
-        if None not in keys and len(table) + len(keys) <= self._capacity:  # the fast path
-            table.update(zip(key_hashes(keys), offsets, strict=True))  # type: ignore[arg-type]
-            consumed = len(keys)
-        else:
-            consumed = self._put_slowly(keys, offsets)
+        if self._base < 0:
+            self._base = offsets[0]
+        limit = self._base + _MAX_DELTA
+        if offsets[-1] > limit:  # cut before the first offset out of range
+            cut = next(i for i, offset in enumerate(offsets) if offset > limit)
+            consumed = self._put_keyed(keys[:cut], offsets[:cut]) if cut else 0
+            self._consumed(offsets, consumed)
+            return consumed
+        consumed = self._put_keyed(keys, offsets)
+        self._consumed(offsets, consumed)
+        return consumed
+
+    def _consumed(self, offsets: Sequence[int], consumed: int) -> None:
         self.lookups += consumed
         if consumed:
             self._latest_offset = max(self._latest_offset, offsets[consumed - 1])
+
+    def _put_keyed(self, keys: Sequence[bytes | None], offsets: Sequence[int]) -> int:
+        """Put a batch whose offsets fit; ``None`` keys are consumed and not stored."""
+        n = len(keys)
+        if None in keys:
+            present = [i for i, key in enumerate(keys) if key is not None]
+            kept_keys = [keys[i] for i in present]
+            got = self._put_keyed(kept_keys, [offsets[i] for i in present]) if present else 0
+            if got == len(present):
+                return n
+            return present[got]  # the first key not taken: everything before it is consumed
+        keyed = cast("Sequence[bytes]", keys)
+        step = self._stage_max
+        done = 0
+        while done < n:
+            piece = min(step, n - done)
+            got = self._put_piece(keyed[done : done + piece], offsets[done : done + piece])
+            done += got
+            if got < piece:
+                break
+        return done
+
+    def _put_piece(self, keys: Sequence[bytes], offsets: Sequence[int]) -> int:
+        """Put at most ``stage_records`` keyed records: stage them, or merge exactly at the limit."""
+        n = len(keys)
+        if self._staged + n > self._stage_max:
+            self._merge_stage()
+        h, t = key_hashes(keys)
+        o = np.asarray(offsets, dtype=np.int64)
+        o -= self._base
+        deltas = o.astype(np.uint32)
+        del o
+        if self._size + self._staged + n <= self._capacity:  # cannot overflow: stage
+            start = self._size + self._staged
+            self._hashes[start : start + n] = h
+            self._tags[start : start + n] = t
+            self._deltas[start : start + n] = deltas
+            self._staged += n
+            return n
+        self._merge_stage()
+        consumed = self._cut_at_capacity(h, t)
+        if consumed:
+            self._merge(*_unique_last(h[:consumed], t[:consumed], deltas[:consumed]))
         return consumed
 
-    def _put_slowly(self, keys: Sequence[bytes | None], offsets: Sequence[int]) -> int:
-        """One entry at a time: a batch with ``None`` keys, or one that may fill the map."""
-        table = self._map
-        capacity = self._capacity
-        consumed = 0
-        for key, offset in zip(keys, offsets, strict=True):
-            if key is not None:
-                hashed = (hash(key) << 32) ^ crc32c(key)
-                if hashed not in table and len(table) >= capacity:
-                    return consumed
-                table[hashed] = offset
-            consumed += 1
-        return consumed
+    def _cut_at_capacity(self, h: Any, t: Any) -> int:
+        """How many leading records of a batch fit: stop at the (capacity+1)-th distinct key."""
+        room = self._capacity - self._size
+        order = np.lexsort((t, h))
+        hs, ts = h[order], t[order]
+        first = np.ones(len(hs), dtype=bool)
+        first[1:] = (hs[1:] != hs[:-1]) | (ts[1:] != ts[:-1])
+        uh, ut, first_index = hs[first], ts[first], order[first]  # lexsort is stable
+        new = ~self._find(uh, ut)[1]
+        if int(new.sum()) <= room:
+            return len(h)
+        return int(np.sort(first_index[new])[room])
+
+    def _merge_stage(self) -> None:
+        if not self._staged:
+            return
+        start, end = self._size, self._size + self._staged
+        h = self._hashes[start:end].copy()
+        t = self._tags[start:end].copy()
+        o = self._deltas[start:end].copy()
+        self._staged = 0
+        self._merge(*_unique_last(h, t, o))
+
+    def _find(self, h: Any, t: Any) -> tuple[Any, Any]:
+        """``(row, found)`` of each (hash, tag): the row where it is, or where it would go."""
+        size = self._size
+        hashes = self._hashes[:size]
+        pos = np.searchsorted(hashes, h)
+        if not size:
+            return pos, np.zeros(len(h), dtype=bool)
+        at = np.minimum(pos, size - 1)
+        same_h = (pos < size) & (hashes[at] == h)
+        found = same_h & (self._tags[at] == t)
+        odd = np.flatnonzero(same_h & ~found)
+        if len(odd):  # equal SipHash, another tag: walk the run of equal hashes (rare)
+            tags = self._tags
+            for i in odd.tolist():
+                row = int(pos[i])
+                while row < size and hashes[row] == h[i] and tags[row] < t[i]:
+                    row += 1
+                pos[i] = row
+                found[i] = row < size and hashes[row] == h[i] and tags[row] == t[i]
+        return pos, found
+
+    def _merge(self, h: Any, t: Any, o: Any) -> None:
+        """Merge sorted unique (hash, tag, delta) rows: overwrite known keys, insert new ones."""
+        pos, found = self._find(h, t)
+        if found.any():
+            self._deltas[pos[found]] = o[found]
+        new = ~found
+        del found
+        j = int(new.sum())
+        if not j:
+            return
+        npos = pos[new]
+        nh, nt, no = h[new], t[new], o[new]
+        del pos, new
+        size = self._size
+        assert size + j <= self._rows  # the stage rules keep it so
+        arrays = (self._hashes, self._tags, self._deltas)
+        first = int(npos[0])
+        if j <= _SMALL_INSERT:
+            bounds = [*npos.tolist(), size]
+            for q in range(j - 1, -1, -1):  # rows [bounds[q], bounds[q+1]) move up by q+1
+                lo, hi = bounds[q], bounds[q + 1]
+                if hi > lo:
+                    for array in arrays:
+                        array[lo + q + 1 : hi + q + 1] = array[lo:hi]
+        else:
+            chunk = max(2 * self._stage_max, 1024)
+            hi = size
+            while hi > first:  # from the top, so no row is overwritten before it moves
+                lo = max(first, hi - chunk)
+                # row i moves up by the number of new keys inserted at or below it
+                a, b = np.searchsorted(npos, (lo, hi - 1), side="right").tolist()
+                steps = np.bincount(npos[a:b] - lo, minlength=hi - lo)
+                dest = np.cumsum(steps)
+                del steps
+                dest += np.arange(lo + a, hi + a)
+                for array in arrays:
+                    array[dest] = array[lo:hi]
+                del dest
+                hi = lo
+        final = npos + np.arange(j)
+        self._hashes[final] = nh
+        self._tags[final] = nt
+        self._deltas[final] = no
+        self._size = size + j
 
     def get_batch(self, keys: Sequence[bytes | None]) -> list[int]:
         """The latest offset stored for each key (``-1`` when absent or the key is ``None``)."""
         self.lookups += len(keys)
         if None not in keys:
             return self.get_hashed(key_hashes(keys))  # type: ignore[arg-type]
-        get = self._map.get
-        return [
-            _EMPTY if key is None else get((hash(key) << 32) ^ crc32c(key), _EMPTY) for key in keys
-        ]
+        present = [i for i, key in enumerate(keys) if key is not None]
+        out = [_EMPTY] * len(keys)
+        if present:
+            found = self.get_hashed(key_hashes([keys[i] for i in present]))  # type: ignore[misc]
+            for i, offset in zip(present, found, strict=True):
+                out[i] = offset
+        return out
 
-    def get_hashed(self, hashes: Iterable[int]) -> list[int]:
+    def get_hashed(self, hashes: KeyHashes) -> list[int]:
         """The latest offset stored for each hash from :func:`key_hashes` (``-1`` when absent)."""
-        return list(map(self._map.get, hashes, repeat(_EMPTY)))
+        self._merge_stage()
+        h, t = hashes
+        if not self._size:
+            return [_EMPTY] * len(h)
+        pos, found = self._find(h, t)
+        pos[~found] = 0
+        out = self._deltas[pos].astype(np.int64)
+        out += self._base
+        out[~found] = _EMPTY
+        result: list[int] = out.tolist()
+        return result
 
     def __repr__(self) -> str:
         return (
-            f"OffsetMap(slots={self._slots}, size={len(self._map)}, capacity={self._capacity}, "
+            f"OffsetMap(slots={self._slots}, size={self.size}, capacity={self._capacity}, "
             f"latest_offset={self._latest_offset})"
         )

@@ -11,7 +11,8 @@ from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from changelog.cleaner.offset_map import SLOT_BYTES, OffsetMap, key_hashes
+from changelog.cleaner import offset_map as offset_map_module
+from changelog.cleaner.offset_map import HASH_BITS, SLOT_BYTES, OffsetMap, key_hashes
 from changelog.errors import InvalidConfigError
 
 
@@ -53,37 +54,117 @@ def test_entry_budget_follows_the_configured_size() -> None:
         assert offset_map.capacity == int(offset_map.slots * 0.9)
 
 
-def test_a_full_map_stays_within_its_memory_budget() -> None:
-    """Measured, not assumed: the dict, its hash ints and offset ints, and the resize peak."""
+@pytest.mark.parametrize("load_factor", [0.9, 0.75])
+def test_a_full_map_stays_within_its_memory_budget(load_factor: float) -> None:
+    """Measured, not assumed: the arrays, the stage and every merge's temporaries.
+
+    Random keys (so that every merge inserts rows all over the map) fill the map to
+    capacity in batches of 1,000; tracemalloc's peak covers the map's allocations and the
+    batch being put (~100 KB of keys and offsets, the only other allocation).
+    """
     memory = 1 << 20
-    offset_map = OffsetMap(memory, load_factor=1.0)
+    rng = random.Random(3)
     gc.collect()
     tracemalloc.start()
     try:
-        offset = 10**9  # offsets above the small-int cache, like a long-lived log's
-        inserted = 0
+        offset_map = OffsetMap(memory, load_factor=load_factor)
+        offset = 10**9
         while not offset_map.is_full:
-            keys = [b"user:%012d" % (inserted + i) for i in range(1000)]
+            keys = [b"user:%012d" % rng.randrange(10**12) for _ in range(1000)]
             offsets = list(range(offset, offset + len(keys)))
-            inserted += offset_map.put_batch(keys, offsets)
+            offset_map.put_batch(keys, offsets)
             offset += len(keys)
             del keys, offsets
         _current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert offset_map.size == offset_map.capacity == memory // SLOT_BYTES
-    # one batch of 1,000 keys and their offsets (~100 KB) is the only other allocation
+    assert offset_map.size == offset_map.capacity == int(memory // SLOT_BYTES * load_factor)
     assert peak <= memory + 150_000
 
 
-def test_hash_is_96_bits_and_injective_on_its_two_halves() -> None:
+def test_sixteen_bytes_a_slot_maps_235k_keys_in_4_mib() -> None:
+    offset_map = OffsetMap(4 * 1024 * 1024)
+    assert SLOT_BYTES == 16
+    assert offset_map.capacity == 235_929
+    assert offset_map.stage_records >= 1
+
+
+def test_hash_is_96_bits_sipHash_and_crc32c() -> None:
     keys = [b"", b"a", b"b", b"user:1", bytes(100)]
-    hashes = key_hashes(keys)
-    assert len(set(hashes)) == len(keys)
-    for key, hashed in zip(keys, hashes, strict=True):
-        assert hashed & 0xFFFFFFFF == crc32c(key)
-        assert hashed >> 32 == hash(key)
-        assert -(2**95) <= hashed < 2**95
+    hashes, tags = key_hashes(keys)
+    assert len(set(zip(hashes.tolist(), tags.tolist(), strict=True))) == len(keys)
+    assert hashes.tolist() == [hash(key) for key in keys]
+    assert tags.tolist() == [crc32c(key) for key in keys]
+    assert hashes.dtype.itemsize * 8 + tags.dtype.itemsize * 8 == HASH_BITS
+
+
+def test_equal_siphash_with_different_crc_are_different_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Collision rule: a key is its (SipHash, CRC-32C) pair; equal SipHash alone is not enough."""
+    monkeypatch.setattr(offset_map_module, "hash", len, raising=False)  # SipHash collides by length
+    offset_map = OffsetMap(SLOT_BYTES * 1000)
+    keys = [b"%03d" % i for i in range(200)] + [b"x", b"y", b"zz"]
+    model: dict[bytes, int] = {}
+    rng = random.Random(5)
+    offset = 0
+    for _ in range(20):
+        batch = [rng.choice(keys) for _ in range(rng.randint(1, 60))]
+        offsets = list(range(offset, offset + len(batch)))
+        offset += len(batch)
+        assert offset_map.put_batch(batch, offsets) == len(batch)
+        model.update(zip(batch, offsets, strict=True))
+        probe = [*keys, b"000x", b"q"]
+        assert offset_map.get_batch(probe) == [model.get(key, -1) for key in probe]
+    assert offset_map.size == len(model)
+
+
+def test_offsets_past_the_32_bit_delta_stop_the_map() -> None:
+    offset_map = OffsetMap(4096)
+    base = 10**12
+    assert offset_map.put_batch([b"a", b"b"], [base, base + 2**32 - 2]) == 2
+    assert offset_map.put_batch([b"c", b"d"], [base + 2**32 - 1, base + 2**32]) == 0
+    assert offset_map.latest_offset == base + 2**32 - 2
+    assert offset_map.get_batch([b"a", b"b", b"c"]) == [base, base + 2**32 - 2, -1]
+
+
+def _model_put(
+    model: dict[bytes, int], capacity: int, keys: list[bytes | None], offsets: list[int]
+) -> int:
+    """Kafka's rule on a plain dict: stop at the first key that would exceed capacity."""
+    for index, (key, offset) in enumerate(zip(keys, offsets, strict=True)):
+        if key is None:
+            continue
+        if key not in model and len(model) >= capacity:
+            return index
+        model[key] = offset
+    return len(keys)
+
+
+@given(
+    st.integers(3, 60),
+    st.sampled_from([0.5, 0.9, 1.0]),
+    st.lists(
+        st.lists(st.one_of(st.none(), st.binary(max_size=2)), min_size=1, max_size=80),
+        max_size=12,
+    ),
+)
+def test_batches_match_kafkas_capacity_rule(
+    slots: int, load_factor: float, batches: list[list[bytes | None]]
+) -> None:
+    offset_map = OffsetMap(SLOT_BYTES * slots, load_factor=load_factor)
+    model: dict[bytes, int] = {}
+    offset = 0
+    for batch in batches:
+        offsets = list(range(offset, offset + len(batch)))
+        offset += len(batch) + 1
+        expected = _model_put(model, offset_map.capacity, batch, offsets)
+        assert offset_map.put_batch(batch, offsets) == expected
+        keys = [*list(model), b"absent-key"]
+        assert offset_map.get_batch(keys) == [model.get(key, -1) for key in keys]
+        if expected < len(batch):
+            break
+    assert offset_map.size == len(model)
 
 
 def test_fills_to_capacity_then_stops_mid_batch() -> None:
@@ -139,7 +220,7 @@ def test_batch_lengths_must_match() -> None:
 
 
 @given(
-    st.lists(st.tuples(st.binary(max_size=8), st.integers(0, 10**12)), max_size=200),
+    st.lists(st.tuples(st.binary(max_size=8), st.integers(0, 10**6)), max_size=200),
 )
 def test_matches_a_dict_model(entries: list[tuple[bytes, int]]) -> None:
     offset_map = OffsetMap(SLOT_BYTES * 1000)
