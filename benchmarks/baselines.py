@@ -74,10 +74,10 @@ def engine_options() -> Any:
     baseline.  Fails loudly (ImportError) if the engine stops offering them, rather than
     falling back to rocksdict's defaults."""
     from statestore.config import RocksDBConfig, StateManagerConfig  # noqa: PLC0415
-    from statestore.engine import _options, new_block_cache  # noqa: PLC0415
+    from statestore.stores.engine import new_block_cache, rocksdb_options  # noqa: PLC0415
 
     cache = new_block_cache(StateManagerConfig().block_cache_size_bytes)
-    return _options(RocksDBConfig(), cache)
+    return rocksdb_options(RocksDBConfig(), cache)
 
 
 def raw_open(path: Path, options: Any | None = None) -> rocksdict.Rdict:

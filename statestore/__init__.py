@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from statestore.bytes_store import StoreState
 from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
 from statestore.errors import (
     CommitFailedError,
@@ -18,9 +17,10 @@ from statestore.errors import (
 )
 from statestore.manager import StateManager
 from statestore.partitioner import murmur2, partition_for
-from statestore.restore import RestoreProgress, RestoreResult, StateRestoreListener
 from statestore.serdes import AttrsSerde, BytesSerde, IntSerde, MsgpackSerde, Serde, StringSerde
-from statestore.store import KeyValueStore
+from statestore.stores.lifecycle import StoreState
+from statestore.stores.restore import RestoreProgress, RestoreResult, StateRestoreListener
+from statestore.stores.typed import KeyValueStore
 
 __all__ = [
     "AttrsSerde",

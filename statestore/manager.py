@@ -12,18 +12,22 @@ Lifecycle: ``created`` (directory locked, cleaner started) -> ``open`` ->
 restores each store before returning it (the store is ``restoring`` meanwhile).
 
 Close order (a clean shutdown): 1. stop the cleaner (aborting a pass between
-batches); 2. close each store (uncommitted writes are discarded with a
-warning, RocksDB is flushed, its background work cancelled and its lock
-released); 3. close each changelog (which writes the clean-shutdown marker and
-checkpoints); 4. release the directory lock.  :meth:`StateManager.crash`
-skips the flushes and markers, as a crash would, for restore-after-crash tests.
+batches); 2. close each store, which closes each of its partitions in turn:
+uncommitted writes are discarded with a warning, RocksDB is flushed, its
+background work cancelled and its lock released, then the partition's
+changelog is closed (writing the clean-shutdown marker and checkpoints);
+3. release the directory lock.  :meth:`StateManager.crash` abandons the
+stores instead (no flushes, no markers), as a crash would, for
+restore-after-crash tests.
 
 Invariants: while the manager is open it holds the directory lock; every
-store in ``_stores`` is open or failed and its changelogs are open.
+store in ``_stores`` is open, failed or closed by hand, and owns its
+changelogs (a store's changelogs are open exactly while the store is not
+closed).
 
 Thread-safety: thread-safe for opening stores, committing and closing:
 ``_lock`` (an ``RLock``) guards ``_stores`` and ``_state``.  Each store is
-used by one thread at a time (see :class:`~statestore.store.KeyValueStore`);
+used by one thread at a time (see :class:`~statestore.stores.typed.KeyValueStore`);
 ``commit()`` must not race with writes to the same store from another thread.
 """
 
@@ -37,25 +41,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-import attrs
-
-from changelog.cleaner.service import CleanerService
-from changelog.config import LogConfig
-from changelog.errors import ChangelogError, LogLockedError
+from changelog import ChangelogError, CleanerService, LogConfig, LogLockedError
 from changelog.fs.lock import DirectoryLock
-from statestore.builder import build_store
-from statestore.bytes_store import StoreState
 from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
-from statestore.engine import new_block_cache
 from statestore.errors import (
     InvalidStateStoreError,
     InvalidStoreConfigError,
     StateDirLockedError,
     StateStoreError,
 )
-from statestore.restore import ProgressHook, RestoreResult, StateRestoreListener
 from statestore.serdes import MsgpackSerde, Serde, StringSerde, serde_for_type
-from statestore.store import KeyValueStore
+from statestore.stores.builder import build_store
+from statestore.stores.engine import new_block_cache
+from statestore.stores.lifecycle import StoreState
+from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener
+from statestore.stores.spec import StoreSpec
+from statestore.stores.typed import KeyValueStore
 
 __all__ = ["StateManager"]
 
@@ -63,16 +64,6 @@ logger = logging.getLogger(__name__)
 
 _STORE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 """Kafka's legal topic characters (the changelog topic is ``<name>-changelog``)."""
-
-
-@attrs.frozen
-class _StoreSpec:
-    partitions: int
-    key_serde: Serde[Any]
-    value_serde: Serde[Any]
-    log_config: LogConfig
-    rocksdb: RocksDBConfig
-    config: StoreConfig
 
 
 class StateManager:
@@ -113,7 +104,7 @@ class StateManager:
         self._default_rocksdb = rocksdb if rocksdb is not None else RocksDBConfig()
         self._lock = threading.RLock()
         self._stores: dict[str, KeyValueStore[Any, Any]] = {}
-        self._specs: dict[str, _StoreSpec] = {}
+        self._specs: dict[str, StoreSpec] = {}
         self._restore_results: dict[str, list[RestoreResult]] = {}
         self._state = StoreState.CREATED
         self._label = f"[state {self._dir}]"
@@ -201,7 +192,8 @@ class StateManager:
             raise InvalidStoreConfigError("name", name, "must be 1-200 of [A-Za-z0-9._-]")
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise InvalidStoreConfigError("partitions", partitions, "must be an integer >= 1")
-        spec = _StoreSpec(
+        spec = StoreSpec(
+            name=name,
             partitions=partitions,
             key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
             value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
@@ -218,9 +210,7 @@ class StateManager:
                     "%s reopening store %r (it was %s)", self._label, name, existing.state.value
                 )
                 del self._stores[name]
-                existing._crash()
-                for log in existing.changelogs:
-                    log.close()
+                existing.close(flush=False)
                 existing = None
             if existing is not None:
                 if self._specs[name] != spec:
@@ -229,14 +219,8 @@ class StateManager:
                     )
                 return existing
             store, results = build_store(
+                spec,
                 state_dir=self._dir,
-                name=name,
-                partitions=spec.partitions,
-                key_serde=spec.key_serde,
-                value_serde=spec.value_serde,
-                log_config=spec.log_config,
-                rocksdb=spec.rocksdb,
-                config=spec.config,
                 cache=self._cache,
                 clock=self._clock,
                 listener=restore_listener,
@@ -276,8 +260,6 @@ class StateManager:
             _collect(errors, self._cleaner.close)
         for store in stores:
             _collect(errors, store.close)
-            for log in store.changelogs:
-                _collect(errors, log.close)
         self._dir_lock.release()
         logger.info("%s closed", self._label)
         if errors:
@@ -302,9 +284,7 @@ class StateManager:
         if self._cleaner is not None:
             self._cleaner.close()
         for store in stores:
-            store._crash()
-            for log in store.changelogs:
-                log.abandon()
+            store.abandon()
         self._dir_lock.release()
         logger.warning("%s crashed on purpose (no clean shutdown)", self._label)
 

@@ -32,8 +32,8 @@ from changelog.fs.checkpoint import LOG_START_OFFSET_CHECKPOINT as LOG_START_CHE
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE, LOG_SUFFIX, parse_base_offset
 from changelog.fs.lock import LOCK_FILE_NAME as LOCK_FILE
 from changelog.record.batch import decode_header, decode_key_values
-from statestore.builder import rocksdb_dir
 from statestore.cli.errors import UsageError
+from statestore.stores.spec import rocksdb_dir
 
 __all__ = [
     "PartitionInfo",

@@ -17,3 +17,14 @@ NO_CLEANER = StateManagerConfig(run_cleaner=False, block_cache_size_bytes=1 << 2
 def changelog_entries(log: Any) -> list[tuple[bytes | None, bytes | None]]:
     """Every ``(key, value)`` record in a changelog, in offset order."""
     return [(record.key, record.value) for record in log.read(log.log_start_offset)]
+
+
+def engine_of(store: Any, partition: int = 0) -> Any:
+    """The RocksDB engine under ``partition`` of an open typed store (for fault injection).
+
+    Walks the stack the builder made (typed -> [partitioned] -> buffer ->
+    change logging -> engine); tests only.
+    """
+    inner = store._inner
+    buffer = inner.partitions[partition] if hasattr(inner, "partitions") else inner
+    return buffer.inner.engine

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from statestore.config import Compression, RocksDBConfig
-from statestore.engine import RocksDBEngine, new_block_cache
 from statestore.errors import StoreEngineError
+from statestore.stores.engine import RocksDBEngine, new_block_cache
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from changelog.config import CleanerConfig, LogConfig
-from statestore.bytes_store import StoreState
 from statestore.config import StateManagerConfig, StoreConfig
 from statestore.errors import (
     InvalidStateStoreError,
@@ -21,8 +20,9 @@ from statestore.errors import (
 )
 from statestore.manager import StateManager
 from statestore.serdes import IntSerde
+from statestore.stores.lifecycle import StoreState
 from tests.statestore.conftest import OpenManager
-from tests.statestore.helpers import NO_CLEANER, TINY_LOG
+from tests.statestore.helpers import NO_CLEANER, TINY_LOG, engine_of
 
 
 def test_layout_is_changelog_and_rocksdb_dirs_side_by_side(
@@ -192,7 +192,7 @@ def test_a_failed_store_is_reopened_from_its_changelog(open_manager: OpenManager
     store = manager.store("kv")
     store.put_all([(f"k{i}", i) for i in range(100)])
     store.commit()
-    engine = store._inner.engine  # type: ignore[attr-defined]
+    engine = engine_of(store)
 
     def broken(*_args: object) -> None:
         raise StoreEngineError(engine.path, "write", "simulated")

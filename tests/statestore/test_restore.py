@@ -17,8 +17,8 @@ from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
 from changelog.log import Log
 from statestore.config import RestoreMode, StoreConfig
-from statestore.restore import RestoreProgress, plan_restore
 from statestore.serdes import BytesSerde
+from statestore.stores.restore import RestoreProgress, plan_restore
 from tests.statestore.conftest import OpenManager
 from tests.statestore.helpers import TINY_LOG
 

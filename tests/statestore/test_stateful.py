@@ -34,8 +34,8 @@ from changelog.fs import files
 from statestore.config import RestoreMode, StoreConfig
 from statestore.manager import StateManager
 from statestore.serdes import MsgpackSerde, StringSerde
-from statestore.store import KeyValueStore
-from tests.statestore.helpers import NO_CLEANER
+from statestore.stores.typed import KeyValueStore
+from tests.statestore.helpers import NO_CLEANER, engine_of
 
 KEYS = st.sampled_from(["k0", "k1", "k2"])
 VALUES = st.integers(min_value=0, max_value=1000) | st.text(max_size=5)
@@ -77,7 +77,7 @@ class StoreMachine(RuleBasedStateMachine):
         if mode == "incremental":
             self.snapshot = self.root / f"snapshot-{id(self.store)}"
             shutil.rmtree(self.snapshot, ignore_errors=True)
-            self.store._inner.engine.checkpoint(self.snapshot)  # type: ignore[attr-defined]
+            engine_of(self.store).checkpoint(self.snapshot)
 
     def _expected(self) -> dict[str, Any]:
         view = dict(self.committed)
@@ -173,7 +173,7 @@ class StoreMachine(RuleBasedStateMachine):
         """The changelog has the batch, RocksDB never saw it: the commit survives."""
         if not self.pending:
             return
-        engine = self.store._inner.engine  # type: ignore[attr-defined]
+        engine = engine_of(self.store)
 
         def die(*_args: object) -> None:
             raise files.SimulatedCrash("after append")

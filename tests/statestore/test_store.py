@@ -8,7 +8,6 @@ import attrs
 import pytest
 
 from changelog.config import LogConfig
-from statestore.bytes_store import StoreState, prefix_upper_bound
 from statestore.errors import (
     DeserializationError,
     InvalidStateStoreError,
@@ -16,6 +15,8 @@ from statestore.errors import (
     SerializationError,
 )
 from statestore.serdes import IntSerde, StringSerde
+from statestore.stores.bytes_store import prefix_upper_bound
+from statestore.stores.lifecycle import StoreState
 from tests.statestore.conftest import OpenManager
 from tests.statestore.helpers import changelog_entries
 

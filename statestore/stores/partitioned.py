@@ -1,4 +1,4 @@
-"""A bytes store over N logged partitions, routed like Kafka's default partitioner.
+"""A bytes store over N partitions (each a write buffer), routed like Kafka's default partitioner.
 
 A key goes to partition ``toPositive(murmur2(serialized key)) % N``
 (:func:`statestore.partitioner.partition_for`), the partition Kafka's producer
@@ -15,10 +15,10 @@ of ``commit()`` can leave some partitions committed and others not (the same
 guarantee as Kafka Streams without exactly-once).  A single-partition store
 has no such window.
 
-Invariants: ``_partitions[i].partition == i``; a key's pending write lives in
+Invariants: ``_partitions[i]`` is partition ``i``; a key's pending write lives in
 exactly the partition :func:`partition_for` picks.
 
-Thread-safety: not thread-safe, like :class:`~statestore.logged.LoggedPartition`.
+Thread-safety: not thread-safe, like :class:`~statestore.stores.buffer.WriteBuffer`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ import heapq
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 
-from statestore.logged import LoggedPartition
+from changelog import Log
 from statestore.partitioner import murmur2
+from statestore.stores.buffer import WriteBuffer
 
 __all__ = ["PartitionedStore"]
 
@@ -36,25 +37,24 @@ _KEY = itemgetter(0)
 
 
 class PartitionedStore:
-    """N :class:`LoggedPartition` s behind the :class:`~statestore.store.BytesStore` protocol.
+    """N :class:`WriteBuffer` s (owned) behind the :class:`~statestore.stores.bytes_store.BytesStore` protocol.
 
     Thread-safety and invariants: see the module docstring.
     """
 
-    def __init__(self, partitions: Sequence[LoggedPartition]) -> None:
-        """Route over ``partitions`` (indexed by partition number)."""
-        assert all(p.partition == i for i, p in enumerate(partitions)), "partitions out of order"
+    def __init__(self, partitions: Sequence[WriteBuffer]) -> None:
+        """Route over ``partitions`` (indexed by partition number); closing this closes them."""
         self._partitions = tuple(partitions)
         self._count = len(partitions)
         self.put: Callable[[bytes, bytes | None], None] = self._put
         """Buffer a put in the key's partition."""
 
     @property
-    def partitions(self) -> tuple[LoggedPartition, ...]:
+    def partitions(self) -> tuple[WriteBuffer, ...]:
         """The partitions, by number."""
         return self._partitions
 
-    def partition_of(self, key: bytes) -> LoggedPartition:
+    def partition_of(self, key: bytes) -> WriteBuffer:
         """The partition that owns the serialized ``key``."""
         return self._partitions[(murmur2(key) & 0x7FFFFFFF) % self._count]
 
@@ -62,6 +62,11 @@ class PartitionedStore:
     def failed(self) -> bool:
         """Whether any partition failed."""
         return any(p.failed for p in self._partitions)
+
+    @property
+    def changelogs(self) -> tuple[Log, ...]:
+        """Every partition's changelog, by partition number."""
+        return tuple(log for p in self._partitions for log in p.changelogs)
 
     @property
     def pending_count(self) -> int:
@@ -111,6 +116,17 @@ class PartitionedStore:
             try:
                 p.close(flush=flush)
             except Exception as exc:  # noqa: BLE001 - keep closing the others, then re-raise
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def abandon(self) -> None:
+        """Abandon every partition as a crash would (all are attempted; the first error is raised)."""
+        first: BaseException | None = None
+        for p in self._partitions:
+            try:
+                p.abandon()
+            except Exception as exc:  # noqa: BLE001 - keep abandoning the others, then re-raise
                 first = first or exc
         if first is not None:
             raise first

@@ -1,4 +1,17 @@
-"""Restore: replay a changelog partition into RocksDB, from the log start or from an applied offset.
+"""Restore policy and replay: the one module that knows ``full`` from ``incremental``.
+
+Every decision that depends on :attr:`StoreConfig.restore_mode
+<statestore.config.StoreConfig.restore_mode>` is made here (the builder and the
+layers only carry a :class:`RestorePlan`):
+
+1. :func:`open_engine` opens the RocksDB engine to replay into (full: deleted
+   and created empty; incremental: kept, rebuilt when :func:`plan_restore`
+   says its applied offset does not belong to the log) and returns the plan;
+2. :func:`restore_into` runs the plan: holds the cleaning barrier (incremental
+   only), :func:`replay` s the changelog, reports a :class:`RestoreResult`;
+3. :attr:`RestorePlan.hold_cleaning_barrier` tells the change-logging layer
+   whether to keep the cleaning barrier at RocksDB's durable applied offset
+   while the store is open.
 
 Two paths, one result (tests prove the state is identical):
 
@@ -30,15 +43,17 @@ engine or append to the changelog while a restore runs (the store is in state
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 import attrs
 
-from changelog.errors import ChangelogError
+from changelog import ChangelogError, Log
+from changelog.record.batch import decode_key_values
 from statestore.config import RestoreMode
-from statestore.engine import RocksDBEngine
 from statestore.errors import RestoreError, StoreEngineError
+from statestore.stores.engine import RocksDBEngine
 
 __all__ = [
     "KeyValueBatches",
@@ -47,8 +62,11 @@ __all__ = [
     "RestoreProgress",
     "RestoreResult",
     "StateRestoreListener",
+    "open_engine",
     "plan_restore",
+    "read_key_value_batches",
     "replay",
+    "restore_into",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,9 +125,20 @@ class RestorePlan:
 
     Immutable; thread-safe."""
 
+    mode: RestoreMode
     start_offset: int
     rebuild: bool
     reason: str
+
+    @property
+    def hold_cleaning_barrier(self) -> bool:
+        """Whether the store holds the changelog's cleaning barrier (incremental restore only).
+
+        A later incremental restore replays from RocksDB's durable applied
+        offset, so the cleaner must keep every tombstone above it; a full
+        restore replays from the log start and needs no barrier.
+        """
+        return self.mode == "incremental"
 
 
 @attrs.frozen(kw_only=True)
@@ -140,28 +169,35 @@ def plan_restore(
     never written); ``has_data`` whether RocksDB holds any entry.
     """
     if mode == "full":
-        return RestorePlan(start_offset=log_start_offset, rebuild=True, reason="full restore")
+        return RestorePlan(
+            mode=mode, start_offset=log_start_offset, rebuild=True, reason="full restore"
+        )
     if applied_offset is None:
         if has_data:
             return RestorePlan(
+                mode=mode,
                 start_offset=log_start_offset,
                 rebuild=True,
                 reason="RocksDB holds data but no applied offset",
             )
-        return RestorePlan(start_offset=log_start_offset, rebuild=False, reason="empty store")
+        return RestorePlan(
+            mode=mode, start_offset=log_start_offset, rebuild=False, reason="empty store"
+        )
     if applied_offset > log_end_offset:
         return RestorePlan(
+            mode=mode,
             start_offset=log_start_offset,
             rebuild=True,
             reason=f"applied offset {applied_offset} is beyond the log end offset {log_end_offset}",
         )
     if applied_offset < log_start_offset:
         return RestorePlan(
+            mode=mode,
             start_offset=log_start_offset,
             rebuild=True,
             reason=f"applied offset {applied_offset} is below the log start offset {log_start_offset}",
         )
-    return RestorePlan(start_offset=applied_offset, rebuild=False, reason="incremental")
+    return RestorePlan(mode=mode, start_offset=applied_offset, rebuild=False, reason="incremental")
 
 
 class _NullListener:
@@ -271,3 +307,121 @@ def _apply(
         ) from exc
     except StoreEngineError as exc:
         raise RestoreError(store, partition, applied_offset, str(exc)) from exc
+
+
+def read_key_value_batches(log: Log) -> KeyValueBatches:
+    """``read(start)`` over ``log``: ``(offset, key, value)`` lists, one per data batch, values as bytes."""
+
+    def read(start_offset: int) -> Iterator[list[tuple[int, bytes | None, bytes | None]]]:
+        for header, data in log.read_batches(start_offset):
+            if header.is_control:
+                continue
+            # read_batches has CRC-checked the batch; it does not say where the batch
+            # sits in its file, so errors name the partition directory (position -1).
+            entries = decode_key_values(data, path=log.dir, position=-1, validate=False)
+            if header.base_offset < start_offset:
+                entries = [entry for entry in entries if entry[0] >= start_offset]
+            yield entries
+
+    return read
+
+
+def open_engine(
+    mode: RestoreMode,
+    log: Log,
+    *,
+    open_: Callable[[], RocksDBEngine],
+    destroy: Callable[[], None],
+    label: str,
+) -> tuple[RocksDBEngine, RestorePlan]:
+    """Step 1: the engine to replay ``log`` into, opened by ``open_``, and the plan.
+
+    ``full``: ``destroy`` the RocksDB directory, then open it empty.
+    ``incremental``: open it, read its applied offset and whether it holds
+    data, and keep it unless :func:`plan_restore` says to rebuild (then it is
+    closed, destroyed and opened empty, with a warning).  On an error nothing
+    stays open.
+    """
+    log_start, log_end = log.log_start_offset, log.log_end_offset
+    if mode == "incremental":
+        engine = open_()
+        try:
+            plan = plan_restore(
+                mode,
+                applied_offset=engine.applied_offset(),
+                has_data=not engine.is_empty(),
+                log_start_offset=log_start,
+                log_end_offset=log_end,
+            )
+        except BaseException:
+            engine.close(flush=False)
+            raise
+        if not plan.rebuild:
+            return engine, plan
+        logger.warning("%s rebuilding RocksDB from the changelog: %s", label, plan.reason)
+        engine.close(flush=False)
+    else:
+        plan = plan_restore(
+            mode,
+            applied_offset=None,
+            has_data=False,
+            log_start_offset=log_start,
+            log_end_offset=log_end,
+        )
+    destroy()
+    return open_(), plan
+
+
+def restore_into(
+    engine: RocksDBEngine,
+    log: Log,
+    plan: RestorePlan,
+    *,
+    store: str,
+    partition: int,
+    batch_records: int,
+    listener: StateRestoreListener | None,
+    progress: ProgressHook | None,
+) -> RestoreResult:
+    """Step 2: replay ``log`` from ``plan.start_offset`` to its log end offset into ``engine``.
+
+    While the plan holds the cleaning barrier, the barrier sits at the start
+    offset during the replay (until the restored state is flushed, only what
+    RocksDB held at open is durable) and at the log end offset after it.
+    """
+    started = time.monotonic()
+    log_end = log.log_end_offset
+    if plan.hold_cleaning_barrier:
+        log.cleaning_barrier_offset = plan.start_offset
+    restored = replay(
+        read_key_value_batches(log),
+        engine,
+        store=store,
+        partition=partition,
+        start_offset=plan.start_offset,
+        end_offset=log_end,
+        batch_records=batch_records,
+        listener=listener,
+        progress=progress,
+    )
+    if plan.hold_cleaning_barrier:
+        log.cleaning_barrier_offset = log_end
+    result = RestoreResult(
+        mode=plan.mode,
+        rebuilt=plan.rebuild,
+        start_offset=plan.start_offset,
+        end_offset=log_end,
+        records_restored=restored,
+        seconds=time.monotonic() - started,
+    )
+    logger.info(
+        "[%s-%s] restored %s records from offset %s to %s in %.3fs (%s)",
+        store,
+        partition,
+        restored,
+        plan.start_offset,
+        log_end,
+        result.seconds,
+        plan.reason,
+    )
+    return result

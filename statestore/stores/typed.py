@@ -18,14 +18,19 @@ Semantics worth knowing:
 * ``len(store)`` is exact and walks the store; :meth:`approximate_num_entries`
   is RocksDB's cheap estimate.
 
-Lifecycle: ``created`` -> ``restoring`` -> ``open`` -> ``closed``; any state
--> ``failed`` when a commit leaves the changelog and RocksDB out of step (the
-store must then be reopened, which restores from the changelog).  Every
-operation checks the state on entry and raises
-:class:`~statestore.errors.InvalidStateStoreError` unless the store is open.
+Lifecycle (:mod:`statestore.stores.lifecycle`): the builder creates the
+typed store over partitions it has already restored, so a typed store starts
+``open``; -> ``failed`` when a commit or flush leaves the changelog and
+RocksDB out of step (the store must then be reopened, which restores from the
+changelog); -> ``closed`` by :meth:`~KeyValueStore.close` or
+:meth:`~KeyValueStore.abandon`.  Every operation checks the state on entry and
+raises :class:`~statestore.errors.InvalidStateStoreError` unless the store is
+open.
 
-Invariants: ``_state`` is one of :class:`StoreState`; only the builder moves
-it to ``restoring``/``open`` and only :meth:`close`/the manager to ``closed``.
+Invariants: ``_state`` is one of :class:`StoreState` and only moves along
+:func:`statestore.stores.lifecycle.move`; ``_inner`` is open while ``_state``
+is ``open`` and is closed (or abandoned) exactly when ``_state`` becomes
+``closed``.
 
 Thread-safety: not thread-safe; one thread uses a store at a time (like a
 Kafka Streams stream thread).  Only the state check is read from other
@@ -36,10 +41,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Generic, TypeVar
 
-from statestore.bytes_store import UNATTACHED, BytesStore, StoreState, prefix_upper_bound
+from changelog import Log
 from statestore.errors import (
     CommitFailedError,
     DeserializationError,
@@ -50,6 +55,8 @@ from statestore.errors import (
     StoreEngineError,
 )
 from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
+from statestore.stores.bytes_store import BytesStore, prefix_upper_bound
+from statestore.stores.lifecycle import StoreState, move
 
 __all__ = ["KeyValueStore"]
 
@@ -101,11 +108,15 @@ class KeyValueStore(Generic[K, V]):
         self,
         *,
         name: str,
+        inner: BytesStore,
         key_serde: Serde[K],
         value_serde: Serde[V],
         max_record_bytes: int,
     ) -> None:
-        """A store in state ``created``; the builder restores it and calls :meth:`_attach`."""
+        """An open store over ``inner`` (restored; owned from here on: :meth:`close` closes it).
+
+        Built by :func:`statestore.stores.builder.build_store`.
+        """
         self._name = name
         self._key_serde = key_serde
         self._value_serde = value_serde
@@ -116,19 +127,11 @@ class KeyValueStore(Generic[K, V]):
         self._de_key: Callable[[bytes], K] = _fast_deserialize(key_serde)
         self._de_value: Callable[[bytes], V] = _fast_deserialize(value_serde)
         self._max_record_bytes = max_record_bytes
-        self._inner: BytesStore = UNATTACHED
-        self._inner_get = UNATTACHED.get
-        self._inner_put: Callable[[bytes, bytes | None], None] = UNATTACHED.put
-        self._changelogs: tuple[Any, ...] = ()
-        self._state = StoreState.CREATED
-
-    def _attach(self, inner: BytesStore, changelogs: Sequence[Any]) -> None:
-        """Builder only: plug in the restored bytes layer and open the store."""
         self._inner = inner
         self._inner_get = inner.get
-        self._inner_put = inner.put
-        self._changelogs = tuple(changelogs)
-        self._set_state(StoreState.OPEN)
+        self._inner_put: Callable[[bytes, bytes | None], None] = inner.put
+        self._changelogs: tuple[Log, ...] = inner.changelogs
+        self._state = StoreState.OPEN
 
     # ------------------------------------------------------------- lifecycle
 
@@ -158,41 +161,47 @@ class KeyValueStore(Generic[K, V]):
         return len(self._changelogs)
 
     @property
-    def changelog(self) -> Any:
+    def changelog(self) -> Log | tuple[Log, ...]:
         """The changelog :class:`changelog.Log` (a tuple of them for a partitioned store)."""
         return self._changelogs[0] if len(self._changelogs) == 1 else self._changelogs
 
     @property
-    def changelogs(self) -> tuple[Any, ...]:
+    def changelogs(self) -> tuple[Log, ...]:
         """The changelog partitions, indexed by partition number (always a tuple)."""
         return self._changelogs
 
-    def _set_state(self, state: StoreState) -> None:
-        logger.debug("[%s] %s -> %s", self._name, self._state.value, state.value)
-        self._state = state
+    def _move(self, state: StoreState, operation: str) -> None:
+        self._state = move(self._name, self._state, state, operation)
 
     def _not_open(self, operation: str) -> InvalidStateStoreError:
         return InvalidStateStoreError(self._name, self._state.value, operation)
 
     def close(self, *, flush: bool = True) -> None:
-        """Release RocksDB; uncommitted writes are discarded (with a warning).  Idempotent.
+        """Release RocksDB and close the changelogs cleanly; uncommitted writes are discarded
+        (with a warning).  Idempotent.
 
-        The manager closes its stores; closing one by hand just ends its use.
+        RocksDB is flushed first unless ``flush=False`` or the store failed.
+        The manager closes its stores; closing one by hand ends its use (asking
+        the manager for it again reopens and restores it).
         """
-        if self._state in (StoreState.CLOSED, StoreState.CREATED):
-            self._state = StoreState.CLOSED
+        if self._state is StoreState.CLOSED:
             return
         failed = self._state is StoreState.FAILED
-        self._set_state(StoreState.CLOSED)
+        self._move(StoreState.CLOSED, "close")
         self._inner.close(flush=flush and not failed)
 
-    def _crash(self) -> None:
-        """Manager only: drop the store as a crash would (no flush, pending writes lost)."""
-        if self._state in (StoreState.CLOSED, StoreState.CREATED):
-            self._state = StoreState.CLOSED
+    def abandon(self) -> None:
+        """Release everything as ``kill -9`` would: no flush, no changelog checkpoints.  Idempotent.
+
+        A public hook for in-process crash tests: :meth:`statestore.StateManager.crash`
+        (and :func:`statestore.testing.simulate_crash`) call it.  Uncommitted
+        writes are lost; committed ones are in the changelogs, and the next
+        open recovers and restores them.
+        """
+        if self._state is StoreState.CLOSED:
             return
-        self._set_state(StoreState.CLOSED)
-        self._inner.close(flush=False)
+        self._move(StoreState.CLOSED, "abandon")
+        self._inner.abandon()
 
     # ------------------------------------------------------------- serdes
 
@@ -448,7 +457,7 @@ class KeyValueStore(Generic[K, V]):
             return self._inner.commit()
         except (CommitFailedError, StoreEngineError):
             if self._inner.failed:
-                self._set_state(StoreState.FAILED)
+                self._move(StoreState.FAILED, "commit")
             raise
 
     def abort(self) -> int:
@@ -464,7 +473,7 @@ class KeyValueStore(Generic[K, V]):
         try:
             self._inner.flush()
         except StoreEngineError:
-            self._set_state(StoreState.FAILED)
+            self._move(StoreState.FAILED, "flush")
             raise
 
     @contextlib.contextmanager

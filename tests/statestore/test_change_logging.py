@@ -1,7 +1,8 @@
-"""The logged layer, ported from Kafka Streams' ChangeLoggingKeyValueBytesStoreTest.
+"""The change-logging layer under its write buffer, ported from Kafka Streams' ChangeLoggingKeyValueBytesStoreTest.
 
-The layer under test is :class:`LoggedPartition` over a real changelog ``Log``
-and a real RocksDB engine; "inner" below is the engine, "the changelog" the Log.
+The layers under test are :class:`WriteBuffer` over :class:`ChangeLoggingStore`
+over a real changelog ``Log`` and a real RocksDB engine, built as the builder
+builds them; "inner" below is the engine, "the changelog" the Log.
 """
 
 from __future__ import annotations
@@ -17,105 +18,136 @@ from changelog.config import LogConfig
 from changelog.fs import files
 from changelog.log import Log
 from statestore.config import RocksDBConfig
-from statestore.engine import RocksDBEngine
 from statestore.errors import CommitFailedError, StoreEngineError
-from statestore.logged import LoggedPartition
+from statestore.stores.buffer import WriteBuffer
+from statestore.stores.change_logging import ChangeLoggingStore
+from statestore.stores.engine import RocksDBEngine
+from statestore.stores.restore import plan_restore
 from tests.statestore.helpers import changelog_entries
 
 
-@pytest.fixture
-def logged(tmp_path: Path) -> Iterator[LoggedPartition]:
-    log = Log.open(tmp_path / "kv-changelog-0", config=LogConfig(max_message_bytes=4096))
+def _partition(
+    tmp_path: Path,
+    *,
+    hold_cleaning_barrier: bool,
+    interval: int,
+    log_config: LogConfig | None = None,
+) -> WriteBuffer:
+    """A restored partition over an empty changelog: incremental when it holds the barrier."""
+    log = Log.open(tmp_path / "kv-changelog-0", config=log_config or LogConfig())
     engine = RocksDBEngine.open(tmp_path / "kv-rocksdb-0", config=RocksDBConfig(), cache=None)
-    part = LoggedPartition(
+    plan = plan_restore(
+        "incremental" if hold_cleaning_barrier else "full",
+        applied_offset=None,
+        has_data=False,
+        log_start_offset=0,
+        log_end_offset=0,
+    )
+    part = ChangeLoggingStore(
         store="kv",
         partition=0,
         changelog=log,
         engine=engine,
-        flush_interval_records=1000,
-        hold_cleaning_barrier=True,
+        plan=plan,
+        flush_interval_records=interval,
     )
+    part.restore(batch_records=1000)
+    return WriteBuffer(part)
+
+
+@pytest.fixture
+def logged(tmp_path: Path) -> Iterator[WriteBuffer]:
+    part = _partition(
+        tmp_path,
+        hold_cleaning_barrier=True,
+        interval=1000,
+        log_config=LogConfig(max_message_bytes=4096),
+    )
+    part.inner.changelog.cleaning_barrier_offset = None  # as a fresh log has it
     yield part
     part.close()
-    log.close()
 
 
-def test_should_write_key_value_bytes_to_inner_store_on_put(logged: LoggedPartition) -> None:
+def test_should_write_key_value_bytes_to_inner_store_on_put(logged: WriteBuffer) -> None:
     logged.put(b"k", b"v")
     logged.commit()
-    assert logged.engine.get(b"k") == b"v"
+    assert logged.inner.engine.get(b"k") == b"v"
 
 
-def test_should_log_change_on_put(logged: LoggedPartition) -> None:
+def test_should_log_change_on_put(logged: WriteBuffer) -> None:
     logged.put(b"k", b"v")
     logged.commit()
-    assert changelog_entries(logged.changelog) == [(b"k", b"v")]
+    assert changelog_entries(logged.inner.changelog) == [(b"k", b"v")]
 
 
-def test_should_not_write_before_commit(logged: LoggedPartition) -> None:
+def test_should_not_write_before_commit(logged: WriteBuffer) -> None:
     logged.put(b"k", b"v")
-    assert logged.engine.get(b"k") is None
-    assert logged.changelog.log_end_offset == 0
+    assert logged.inner.engine.get(b"k") is None
+    assert logged.inner.changelog.log_end_offset == 0
     assert logged.get(b"k") == b"v"
 
 
-def test_should_put_null_on_delete_and_log_a_tombstone(logged: LoggedPartition) -> None:
+def test_should_put_null_on_delete_and_log_a_tombstone(logged: WriteBuffer) -> None:
     logged.put(b"k", b"v")
     logged.commit()
     logged.put(b"k", None)
     assert logged.get(b"k") is None
     logged.commit()
-    assert logged.engine.get(b"k") is None
-    assert changelog_entries(logged.changelog) == [(b"k", b"v"), (b"k", None)]
+    assert logged.inner.engine.get(b"k") is None
+    assert changelog_entries(logged.inner.changelog) == [(b"k", b"v"), (b"k", None)]
 
 
-def test_should_log_changes_on_put_all_as_one_batch(logged: LoggedPartition) -> None:
+def test_should_log_changes_on_put_all_as_one_batch(logged: WriteBuffer) -> None:
     logged.put_many([(b"a", b"1"), (b"b", b"2"), (b"c", None)])
     assert logged.commit() == 3
-    assert changelog_entries(logged.changelog) == [(b"a", b"1"), (b"b", b"2"), (b"c", None)]
-    assert len(list(logged.changelog.read_batches(0))) == 1
+    assert changelog_entries(logged.inner.changelog) == [(b"a", b"1"), (b"b", b"2"), (b"c", None)]
+    assert len(list(logged.inner.changelog.read_batches(0))) == 1
 
 
-def test_last_write_to_a_key_wins_within_a_commit(logged: LoggedPartition) -> None:
+def test_last_write_to_a_key_wins_within_a_commit(logged: WriteBuffer) -> None:
     logged.put(b"a", b"1")
     logged.put(b"a", b"2")
     logged.put(b"a", None)
     logged.put(b"a", b"3")
     assert logged.commit() == 1
-    assert changelog_entries(logged.changelog) == [(b"a", b"3")]
+    assert changelog_entries(logged.inner.changelog) == [(b"a", b"3")]
 
 
-def test_applied_offset_is_the_log_end_offset_after_each_commit(logged: LoggedPartition) -> None:
+def test_applied_offset_is_the_log_end_offset_after_each_commit(logged: WriteBuffer) -> None:
     for i in range(3):
         logged.put(b"k%d" % i, b"v")
         logged.put(b"x", b"%d" % i)
         logged.commit()
-        assert logged.engine.applied_offset() == logged.changelog.log_end_offset == 2 * (i + 1)
+        assert (
+            logged.inner.engine.applied_offset()
+            == logged.inner.changelog.log_end_offset
+            == 2 * (i + 1)
+        )
 
 
-def test_flush_raises_the_cleaning_barrier_to_the_flushed_offset(logged: LoggedPartition) -> None:
-    logged.changelog.cleaning_barrier_offset = 0
+def test_flush_raises_the_cleaning_barrier_to_the_flushed_offset(logged: WriteBuffer) -> None:
+    logged.inner.changelog.cleaning_barrier_offset = 0
     logged.put(b"a", b"1")
     logged.commit()
-    assert logged.changelog.cleaning_barrier_offset == 0
+    assert logged.inner.changelog.cleaning_barrier_offset == 0
     logged.flush()
-    assert logged.changelog.cleaning_barrier_offset == 1
+    assert logged.inner.changelog.cleaning_barrier_offset == 1
 
 
-def test_too_large_commit_writes_nothing_and_keeps_the_writes(logged: LoggedPartition) -> None:
+def test_too_large_commit_writes_nothing_and_keeps_the_writes(logged: WriteBuffer) -> None:
     logged.put_many([(b"k%d" % i, b"v" * 100) for i in range(100)])
     with pytest.raises(CommitFailedError) as info:
         logged.commit()
     assert info.value.written is False
     assert not logged.failed
-    assert logged.changelog.log_end_offset == 0
+    assert logged.inner.changelog.log_end_offset == 0
     assert logged.pending_count == 100
     assert logged.abort() == 100
     logged.put(b"k", b"v")
     assert logged.commit() == 1
 
 
-def test_items_merges_pending_writes(logged: LoggedPartition) -> None:
+def test_items_merges_pending_writes(logged: WriteBuffer) -> None:
     logged.put_many([(b"a", b"1"), (b"c", b"3"), (b"e", b"5")])
     logged.commit()
     logged.put_many([(b"b", b"2"), (b"c", None), (b"e", b"6"), (b"f", b"7")])
@@ -131,23 +163,23 @@ def test_items_merges_pending_writes(logged: LoggedPartition) -> None:
 
 @pytest.mark.parametrize("count", [1, 200])  # one record and a large batch
 def test_rocksdb_failure_after_the_append_fails_the_partition_and_keeps_the_commit(
-    logged: LoggedPartition, count: int
+    logged: WriteBuffer, count: int
 ) -> None:
     def broken(*_args: object) -> None:
-        raise StoreEngineError(logged.engine.path, "write", "disk on fire")
+        raise StoreEngineError(logged.inner.engine.path, "write", "disk on fire")
 
-    logged.engine.write = broken  # type: ignore[method-assign,assignment]
+    logged.inner.engine.write = broken  # type: ignore[method-assign,assignment]
     logged.put_many([(b"k%d" % i, b"v") for i in range(count)])
     with pytest.raises(StoreEngineError):
         logged.commit()
     assert logged.failed
-    assert logged.changelog.log_end_offset == count  # the changelog has the commit
-    assert len(changelog_entries(logged.changelog)) == count
+    assert logged.inner.changelog.log_end_offset == count  # the changelog has the commit
+    assert len(changelog_entries(logged.inner.changelog)) == count
 
 
 @pytest.mark.parametrize("count", [1, 200])
 def test_simulated_crash_in_the_append_propagates_unwrapped(
-    logged: LoggedPartition, count: int
+    logged: WriteBuffer, count: int
 ) -> None:
     def die(step: str, path: Path) -> None:
         if step == "segment.append":
@@ -156,35 +188,21 @@ def test_simulated_crash_in_the_append_propagates_unwrapped(
     logged.put_many([(b"k%d" % i, b"v") for i in range(count)])
     with pytest.raises(files.SimulatedCrash), files.inject_faults(die):
         logged.commit()
-    assert logged.engine.get(b"k0") is None  # RocksDB never saw a batch the log did not take
+    assert logged.inner.engine.get(b"k0") is None  # RocksDB never saw a batch the log did not take
 
 
-def _partition(tmp_path: Path, *, hold_cleaning_barrier: bool, interval: int) -> LoggedPartition:
-    log = Log.open(tmp_path / "kv-changelog-0", config=LogConfig())
-    engine = RocksDBEngine.open(tmp_path / "kv-rocksdb-0", config=RocksDBConfig(), cache=None)
-    return LoggedPartition(
-        store="kv",
-        partition=0,
-        changelog=log,
-        engine=engine,
-        flush_interval_records=interval,
-        hold_cleaning_barrier=hold_cleaning_barrier,
-    )
-
-
-def _close(part: LoggedPartition) -> None:
+def _close(part: WriteBuffer) -> None:
     part.close()
-    part.changelog.close()
 
 
-def _wait_for_data_flush(part: LoggedPartition) -> None:
+def _wait_for_data_flush(part: WriteBuffer) -> None:
     deadline = time.monotonic() + 30
-    while part.engine.data_flush_pending():
+    while part.inner.engine.data_flush_pending():
         assert time.monotonic() < deadline, "RocksDB flush did not finish"
         time.sleep(0.01)
 
 
-def _on_disk_copy(part: LoggedPartition, tmp_path: Path, name: str) -> RocksDBEngine:
+def _on_disk_copy(part: WriteBuffer, tmp_path: Path, name: str) -> RocksDBEngine:
     """What a ``kill -9`` now would leave of RocksDB (WAL off: the SST files only).
 
     Copied once no flush or compaction runs (a copy taken mid-flush could pair a
@@ -192,7 +210,7 @@ def _on_disk_copy(part: LoggedPartition, tmp_path: Path, name: str) -> RocksDBEn
     disk until it commits, so this is a state a crash could leave.
     """
     _wait_for_data_flush(part)
-    db = part.engine._db
+    db = part.inner.engine._db
     deadline = time.monotonic() + 30
     while db.property_int_value("rocksdb.num-running-flushes") or db.property_int_value(
         "rocksdb.num-running-compactions"
@@ -200,21 +218,21 @@ def _on_disk_copy(part: LoggedPartition, tmp_path: Path, name: str) -> RocksDBEn
         assert time.monotonic() < deadline, "RocksDB background work did not finish"
         time.sleep(0.01)
     copy = tmp_path / name
-    shutil.copytree(part.engine.path, copy, ignore=shutil.ignore_patterns("LOCK"))
+    shutil.copytree(part.inner.engine.path, copy, ignore=shutil.ignore_patterns("LOCK"))
     return RocksDBEngine.open(copy, config=RocksDBConfig(), cache=None)
 
 
 def test_full_restore_partition_never_flushes_on_the_commit_path(tmp_path: Path) -> None:
     part = _partition(tmp_path, hold_cleaning_barrier=False, interval=1)
     calls: list[str] = []
-    part.engine.flush = lambda: calls.append("flush")  # type: ignore[method-assign]
-    part.engine.request_data_flush = lambda: calls.append("request")  # type: ignore[method-assign]
+    part.inner.engine.flush = lambda: calls.append("flush")  # type: ignore[method-assign]
+    part.inner.engine.request_data_flush = lambda: calls.append("request")  # type: ignore[method-assign]
     try:
         for i in range(5):
             part.put(b"k%d" % i, b"v")
             part.commit()
         assert calls == []
-        assert part.changelog.cleaning_barrier_offset is None
+        assert part.inner.changelog.cleaning_barrier_offset is None
     finally:
         _close(part)
 
@@ -223,16 +241,16 @@ def test_incremental_flush_raises_the_barrier_only_once_the_data_is_on_disk(
     tmp_path: Path,
 ) -> None:
     part = _partition(tmp_path, hold_cleaning_barrier=True, interval=100)
-    part.changelog.cleaning_barrier_offset = 0
+    part.inner.changelog.cleaning_barrier_offset = 0
     try:
         part.put_many([(b"a%03d" % i, b"v") for i in range(100)])
         part.commit()  # asks RocksDB to flush the data up to applied offset 100
-        assert part.changelog.cleaning_barrier_offset == 0  # not known durable yet
+        assert part.inner.changelog.cleaning_barrier_offset == 0  # not known durable yet
         _wait_for_data_flush(part)
         part.put(b"b", b"v")
         part.commit()  # sees the flush done: persists offset 100, raises the barrier
-        assert part.changelog.cleaning_barrier_offset == 100
-        assert part.engine.applied_offset() == part.changelog.log_end_offset == 101
+        assert part.inner.changelog.cleaning_barrier_offset == 100
+        assert part.inner.engine.applied_offset() == part.inner.changelog.log_end_offset == 101
         copy = _on_disk_copy(part, tmp_path, "copy")
         try:
             assert copy.applied_offset() == 100  # on disk; b (offset 100) may or may not be
@@ -247,14 +265,14 @@ def test_incremental_flush_still_running_at_the_next_interval_is_waited_for(
     tmp_path: Path,
 ) -> None:
     part = _partition(tmp_path, hold_cleaning_barrier=True, interval=10)
-    part.changelog.cleaning_barrier_offset = 0
-    part.engine.data_flush_pending = lambda: True  # type: ignore[method-assign]
+    part.inner.changelog.cleaning_barrier_offset = 0
+    part.inner.engine.data_flush_pending = lambda: True  # type: ignore[method-assign]
     try:
         barriers = []
         for round_ in range(2):
             part.put_many([(b"k%d-%d" % (round_, i), b"v") for i in range(10)])
             part.commit()
-            barriers.append(part.changelog.cleaning_barrier_offset)
+            barriers.append(part.inner.changelog.cleaning_barrier_offset)
         assert barriers == [0, 20]  # the second interval flushes and waits
     finally:
         _close(part)
@@ -277,7 +295,7 @@ def test_on_disk_applied_offset_is_never_ahead_of_the_on_disk_data(tmp_path: Pat
                 assert all(copy.get(key) == key for key in written[:applied])
             finally:
                 copy.close(flush=False)
-            barrier = part.changelog.cleaning_barrier_offset
+            barrier = part.inner.changelog.cleaning_barrier_offset
             assert barrier is None or barrier <= applied or barrier == 0
     finally:
         _close(part)

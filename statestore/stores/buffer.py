@@ -1,0 +1,197 @@
+"""The write buffer of one store partition: the writes of the current commit, readable before it.
+
+Kafka Streams keeps a record cache above the change-logging store; here the
+buffer holds exactly the writes since the last commit (last write per key
+wins, ``None`` is a tombstone) and :meth:`WriteBuffer.commit` hands them to
+the change-logging layer below as one group, which makes them one changelog
+batch.  Reads see the buffered writes (read-your-writes): :meth:`WriteBuffer.get`
+looks in the buffer first, :meth:`WriteBuffer.items` merges it into the
+committed entries.
+
+Which writes stay buffered when a commit fails: all of them when the
+changelog took nothing (:class:`~statestore.errors.CommitFailedError` with
+``written=False``, e.g. a batch over ``max_message_bytes``: abort or commit
+less); none once the changelog may have taken the batch (``written=True``,
+or :class:`~statestore.errors.StoreEngineError` from RocksDB after the
+append): the partition below is then failed and the store must be reopened.
+
+Invariants:
+
+* ``_pending`` maps serialized key -> serialized value, ``None`` for a
+  tombstone; it holds exactly the writes since the last successful commit
+  or abort.  It is one dict for the buffer's lifetime (cleared, never
+  replaced), so :attr:`WriteBuffer.put` can be its bound ``__setitem__``.
+
+Thread-safety: not thread-safe; the typed store's single user thread calls it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
+
+from changelog import Log
+from statestore.errors import CommitFailedError, StoreEngineError
+from statestore.stores.change_logging import ChangeLoggingStore
+
+__all__ = ["WriteBuffer"]
+
+logger = logging.getLogger(__name__)
+
+_MISSING: Final[Any] = object()
+
+
+class WriteBuffer:
+    """The pending writes of one partition over its :class:`ChangeLoggingStore` (which it owns).
+
+    Implements :class:`~statestore.stores.bytes_store.BytesStore`.
+    Thread-safety and invariants: see the module docstring.
+    """
+
+    def __init__(self, inner: ChangeLoggingStore) -> None:
+        """Buffer writes for ``inner``, a restored partition; closing the buffer closes it."""
+        self._inner = inner
+        self._inner_get = inner.get
+        self._pending: dict[bytes, bytes | None] = {}
+        self.put: Callable[[bytes, bytes | None], None] = self._pending.__setitem__
+        """Buffer a put (``None``: a tombstone) until :meth:`commit` (the dict's own setter: hot path)."""
+
+    @property
+    def inner(self) -> ChangeLoggingStore:
+        """The change-logging layer below (for tools and tests; nothing above inspects it)."""
+        return self._inner
+
+    @property
+    def failed(self) -> bool:
+        """Whether the partition below is failed."""
+        return self._inner.failed
+
+    @property
+    def changelogs(self) -> tuple[Log, ...]:
+        """The partition's changelog, as a one-element tuple."""
+        return (self._inner.changelog,)
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key`` including uncommitted writes (read-your-writes)."""
+        value = self._pending.get(key, _MISSING)
+        if value is _MISSING:
+            return self._inner_get(key)
+        return value  # type: ignore[no-any-return]
+
+    def items(
+        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``lo <= key < hi`` in serialized key order (or reversed), pending included.
+
+        The pending writes are captured when this is called; writes made
+        while iterating are not seen by the iterator.  With nothing pending
+        in range, RocksDB's iterator is returned as is (no per-entry Python).
+        """
+        stored = self._inner.items(lo, hi, reverse=reverse)
+        if not self._pending:
+            return stored
+        overlay = sorted(
+            (key, value)
+            for key, value in self._pending.items()
+            if (lo is None or key >= lo) and (hi is None or key < hi)
+        )
+        if not overlay:
+            return stored
+        if reverse:
+            overlay.reverse()
+        return _merge(stored, overlay, reverse=reverse)
+
+    def approximate_num_entries(self) -> int:
+        """RocksDB's estimate (ignores uncommitted writes)."""
+        return self._inner.approximate_num_entries()
+
+    # ----------------------------------------------------------------- writes
+
+    def put_many(self, pairs: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Buffer several puts."""
+        self._pending.update(pairs)
+
+    @property
+    def pending_count(self) -> int:
+        """Writes buffered since the last commit."""
+        return len(self._pending)
+
+    def abort(self) -> int:
+        """Discard the pending writes; returns how many were dropped."""
+        dropped = len(self._pending)
+        self._pending.clear()
+        return dropped
+
+    def commit(self) -> int:
+        """Hand the pending writes to the change-logging layer as one group.
+
+        Returns the number of records committed (0: nothing was pending and
+        nothing was written), once the batch is durable.  On an error, which
+        writes stay buffered is said in the module docstring.
+        """
+        pending = self._pending
+        if not pending:
+            return 0
+        try:
+            count = self._inner.write(list(pending.items()))
+        except CommitFailedError as exc:
+            if exc.written:
+                pending.clear()
+            raise
+        except StoreEngineError:
+            pending.clear()
+            raise
+        pending.clear()
+        return count
+
+    def flush(self) -> None:
+        """Flush the partition's RocksDB (see :meth:`ChangeLoggingStore.flush`)."""
+        self._inner.flush()
+
+    def _discard(self) -> None:
+        if self._pending:
+            logger.warning(
+                "[%s-%s] closing with %s uncommitted writes; they are discarded",
+                self._inner.store,
+                self._inner.partition,
+                len(self._pending),
+            )
+            self._pending.clear()
+
+    def close(self, *, flush: bool = True) -> None:
+        """Drop the pending writes (with a warning) and close the partition below; idempotent."""
+        self._discard()
+        self._inner.close(flush=flush)
+
+    def abandon(self) -> None:
+        """Drop the pending writes and abandon the partition below, as a crash would; idempotent."""
+        self._discard()
+        self._inner.abandon()
+
+
+def _merge(
+    stored: Iterator[tuple[bytes, bytes]],
+    overlay: list[tuple[bytes, bytes | None]],
+    *,
+    reverse: bool,
+) -> Iterator[tuple[bytes, bytes]]:
+    """Merge sorted ``stored`` entries with sorted pending writes; pending wins, tombstones hide.
+
+    ``heapq.merge`` is stable between its inputs, so for equal keys the pending
+    write (listed first) comes out first and the stored entry right after it.
+    """
+    previous: bytes | None = None
+    tagged_overlay = ((key, 0, value) for key, value in overlay)
+    tagged_stored = ((key, 1, value) for key, value in stored)
+    for key, _source, value in heapq.merge(
+        tagged_overlay, tagged_stored, key=lambda entry: entry[0], reverse=reverse
+    ):
+        if key == previous:
+            continue
+        previous = key
+        if value is not None:
+            yield key, value

@@ -1,0 +1,131 @@
+"""The one place where a store's layers are put together, from the inside out.
+
+For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
+
+1. open the changelog :class:`~changelog.Log` (``<store>-changelog-<p>``);
+2. open the RocksDB engine as the restore policy says
+   (:func:`statestore.stores.restore.open_engine`: full deletes it first,
+   incremental keeps it when its applied offset belongs to the log);
+3. wrap log and engine in a :class:`~statestore.stores.change_logging.ChangeLoggingStore`,
+   which owns both from here on, and restore it (``created -> restoring -> open``);
+4. wrap that in a :class:`~statestore.stores.buffer.WriteBuffer` (the
+   writes of the current commit).
+
+Then route over the partitions with a
+:class:`~statestore.stores.partitioned.PartitionedStore` when there are
+several, and put the typed :class:`~statestore.stores.typed.KeyValueStore`
+(serdes, once, at the top) on the result.  Each layer receives the finished
+layer below it in its constructor and closes it in its ``close``; nothing
+is attached later.  Nothing else constructs these layers.
+
+On any failure everything opened so far is closed again (the layer that owns
+it closes it; before step 3, the builder closes the log itself) and the error
+propagates: a refused open leaves no file handle or lock behind.
+
+Thread-safety: a plain function; the manager calls it under its own lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from changelog import Log
+from statestore.stores.buffer import WriteBuffer
+from statestore.stores.bytes_store import BytesStore
+from statestore.stores.change_logging import ChangeLoggingStore
+from statestore.stores.engine import RocksDBEngine
+from statestore.stores.partitioned import PartitionedStore
+from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener, open_engine
+from statestore.stores.spec import StoreSpec
+from statestore.stores.typed import KeyValueStore
+
+__all__ = ["build_store"]
+
+logger = logging.getLogger(__name__)
+
+
+def build_store(
+    spec: StoreSpec,
+    *,
+    state_dir: Path,
+    cache: Any,
+    clock: Callable[[], int] | None,
+    listener: StateRestoreListener | None = None,
+    progress: ProgressHook | None = None,
+) -> tuple[KeyValueStore[Any, Any], list[RestoreResult]]:
+    """Open, restore and wrap every partition of ``spec``; the store is returned open.
+
+    ``cache`` is the manager's shared RocksDB block cache (``None``: none),
+    ``clock`` stamps changelog records (milliseconds; ``None``: wall clock).
+    """
+    buffers: list[WriteBuffer] = []
+    results: list[RestoreResult] = []
+    try:
+        for partition in range(spec.partitions):
+            part = _open_partition(spec, partition, state_dir=state_dir, cache=cache, clock=clock)
+            buffers.append(WriteBuffer(part))
+            results.append(
+                part.restore(
+                    batch_records=spec.config.restore_batch_records,
+                    listener=listener,
+                    progress=progress,
+                )
+            )
+    except BaseException:
+        for buffer in buffers:
+            _quietly(buffer.close)
+        raise
+    inner: BytesStore = buffers[0] if spec.partitions == 1 else PartitionedStore(buffers)
+    store: KeyValueStore[Any, Any] = KeyValueStore(
+        name=spec.name,
+        inner=inner,
+        key_serde=spec.key_serde,
+        value_serde=spec.value_serde,
+        max_record_bytes=spec.max_record_bytes,
+    )
+    return store, results
+
+
+def _open_partition(
+    spec: StoreSpec,
+    partition: int,
+    *,
+    state_dir: Path,
+    cache: Any,
+    clock: Callable[[], int] | None,
+) -> ChangeLoggingStore:
+    """Steps 1-3 of the module docstring for one partition (not yet restored)."""
+    label = f"[{spec.name}-{partition}]"
+    engine_path = spec.rocksdb_dir(state_dir, partition)
+    log = Log.open(spec.changelog_dir(state_dir, partition), config=spec.log_config, clock=clock)
+    try:
+        engine, plan = open_engine(
+            spec.config.restore_mode,
+            log,
+            open_=lambda: RocksDBEngine.open(
+                engine_path, config=spec.rocksdb, cache=cache, label=label
+            ),
+            destroy=lambda: RocksDBEngine.destroy(engine_path),
+            label=label,
+        )
+    except BaseException:
+        _quietly(log.close)
+        raise
+    return ChangeLoggingStore(
+        store=spec.name,
+        partition=partition,
+        changelog=log,
+        engine=engine,
+        plan=plan,
+        flush_interval_records=spec.config.flush_interval_records,
+    )
+
+
+def _quietly(close: Callable[[], object]) -> None:
+    try:
+        close()
+    except Exception:
+        logger.exception("error while closing after a failed open")
