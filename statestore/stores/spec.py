@@ -17,13 +17,14 @@ from typing import Any, Final
 import attrs
 
 from changelog import LogConfig
+from changelog.record.header import BATCH_HEADER_SIZE
 from statestore.config import RocksDBConfig, StoreConfig
 from statestore.serdes import Serde
 
 __all__ = ["RECORD_OVERHEAD_BYTES", "StoreSpec", "changelog_dir", "rocksdb_dir"]
 
-RECORD_OVERHEAD_BYTES: Final = 61 + 32
-"""Batch header (61 bytes) plus the most a single record's framing can take (varints, attributes)."""
+RECORD_OVERHEAD_BYTES: Final = BATCH_HEADER_SIZE + 32
+"""The batch header plus the most a single record's framing can take (varints, attributes)."""
 
 
 def changelog_dir(state_dir: Path, store: str, partition: int) -> Path:
