@@ -11,7 +11,7 @@ script prints its own table and ends with one line of JSON, which the runner fol
 a combined table and ``--json`` file.  Scripts that are not there yet are skipped and
 listed as missing.
 
-``--only`` takes a script name (``store``, ``codec``, ``log``, ``cleaner``) or the name
+``--only`` takes a script name (``store``, ``codec``, ``log``, ``cleaner``, ``compactness``) or the name
 of one case of the store suite (``put``, ``get``, ``range``, ``restore``,
 ``incremental``, ``updates``, ``compaction``, ``concurrent``, ``disk``), which runs just
 that case of ``store_bench``.  Sizes: the default is the full report (about ten
@@ -40,6 +40,7 @@ SCRIPTS: dict[str, str] = {
     "codec": "benchmarks.codec_bench",
     "log": "benchmarks.log_bench",
     "cleaner": "benchmarks.cleaner_bench",
+    "compactness": "benchmarks.compactness_bench",
 }
 """Short name -> module.  ``store`` is ours; the others belong to their modules' owners."""
 

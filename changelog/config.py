@@ -152,6 +152,19 @@ class LogConfig:
         return "compact" in self.cleanup_policy
 
     @property
+    def max_segment_ms(self) -> int:
+        """How old the active segment's first record may get before a roll: Kafka's ``maxSegmentMs``.
+
+        ``segment_ms``, or ``max_compaction_lag_ms`` when that is smaller and the
+        policy compacts (KIP-354): the cleaner never cleans the active segment, so
+        without this roll a dirty record could wait in it for ``segment_ms``
+        (7 days by default) whatever ``max_compaction_lag_ms`` says.
+        """
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
     def delete(self) -> bool:
         """Whether ``delete`` is part of the cleanup policy."""
         return "delete" in self.cleanup_policy
@@ -183,6 +196,15 @@ class CleanerConfig:
 
     retention_check_interval_ms: int = attrs.field(default=300_000, validator=_at_least(1))
     """``log.retention.check.interval.ms``: how often retention is applied."""
+
+    retry_backoff_ms: int = attrs.field(default=60_000, validator=_at_least(0))
+    """How long a log whose pass failed waits before it is tried again (doubles per failure).
+
+    Named after the clients' ``retry.backoff.ms`` (KIP-580); Kafka's broker has no
+    such setting: it keeps a failed log uncleanable until it restarts."""
+
+    retry_backoff_max_ms: int = attrs.field(default=3_600_000, validator=_at_least(0))
+    """The longest wait between two tries of a failing log (``retry.backoff.max.ms``)."""
 
     @io_max_bytes_per_second.validator
     def _check_io(self, attribute: attrs.Attribute[float], value: float) -> None:

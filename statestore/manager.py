@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from changelog import ChangelogError, CleanerService, LogConfig, LogLockedError
 from changelog.fs.lock import DirectoryLock
-from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
+from statestore.config import STORE_LOG_CONFIG, RocksDBConfig, StateManagerConfig, StoreConfig
 from statestore.errors import (
     InvalidStateStoreError,
     InvalidStoreConfigError,
@@ -100,7 +100,7 @@ class StateManager:
         self._dir = Path(state_dir)
         self._clock = clock
         self._config = config if config is not None else StateManagerConfig()
-        self._default_log_config = log_config if log_config is not None else LogConfig()
+        self._default_log_config = log_config if log_config is not None else STORE_LOG_CONFIG
         self._default_rocksdb = rocksdb if rocksdb is not None else RocksDBConfig()
         self._lock = threading.RLock()
         self._stores: dict[str, KeyValueStore[Any, Any]] = {}

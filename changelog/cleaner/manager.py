@@ -282,26 +282,45 @@ def log_to_clean(
 # ---------------------------------------------------------------- many logs
 
 
+@attrs.frozen
+class _Failure:
+    """The last failure of a log's passes: why, how many in a row, when to retry."""
+
+    reason: str
+    failures: int
+    retry_at_ms: int
+
+
 class CleanerManager:
     """Chooses the next log to clean among many, and tracks passes in progress and failures.
 
     Logs are identified by their directory.  A log is skipped while a pass over
-    it is in progress, while it is paused, and after it has been marked
-    uncleanable (until :meth:`reset_uncleanable`).
+    it is in progress and while it is paused.  A log whose pass (or due
+    measurement) failed is marked uncleanable and retried after a backoff that
+    doubles with each consecutive failure, from ``retry_backoff_ms`` up to
+    ``retry_backoff_max_ms`` (Kafka's broker keeps such a log uncleanable until
+    it restarts; we have no restart to wait for: a full disk that was freed, a
+    killed worker process, are transient).  It stays counted as uncleanable
+    until a pass over it succeeds (:meth:`done` with ``cleaned=True``) or
+    :meth:`reset_uncleanable` is called.
 
-    Invariants: a directory is in at most one of ``in progress`` and
-    ``uncleanable`` at a time; only the worker that grabbed a log releases it.
+    Invariants: a retry is never due before ``retry_backoff_ms`` has passed since
+    the last failure; only the worker that grabbed a log releases it.
 
     Thread-safety: thread-safe.  ``_lock`` guards ``_in_progress``,
     ``_uncleanable`` and ``_paused``; it is never held while a log is read or cleaned
     except for the cheap due measurement in :meth:`grab_filthiest_log`.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, retry_backoff_ms: int = 60_000, retry_backoff_max_ms: int = 3_600_000
+    ) -> None:
         self._lock = threading.Lock()
         self._in_progress: set[Path] = set()
         self._paused: set[Path] = set()
-        self._uncleanable: dict[Path, str] = {}
+        self._uncleanable: dict[Path, _Failure] = {}
+        self._retry_backoff_ms = retry_backoff_ms
+        self._retry_backoff_max_ms = retry_backoff_max_ms
 
     @staticmethod
     def _key(log: CleanableLog) -> Path:
@@ -321,12 +340,13 @@ class CleanerManager:
                 key = self._key(log)
                 if not log.config.compact or key in self._in_progress or key in self._paused:
                     continue
-                if key in self._uncleanable:
+                failure = self._uncleanable.get(key)
+                if failure is not None and now_ms < failure.retry_at_ms:
                     continue
                 try:
                     measured = log_to_clean(log, now_ms=now_ms)
                 except Exception as exc:  # noqa: BLE001 - one broken log must not stop the others
-                    self._uncleanable[key] = f"{type(exc).__name__}: {exc}"
+                    self._record_failure(key, f"{type(exc).__name__}: {exc}", now_ms)
                     _log.error("%s marked uncleanable while measuring: %s", _prefix(log), exc)
                     continue
                 if measured.due_reason is not None:
@@ -346,10 +366,13 @@ class CleanerManager:
             self._in_progress.add(key)
             return True
 
-    def done(self, log: CleanableLog) -> None:
-        """Release ``log`` after its pass ended (successfully or not)."""
+    def done(self, log: CleanableLog, *, cleaned: bool = False) -> None:
+        """Release ``log`` after its pass ended; ``cleaned``: the pass succeeded (clears a failure)."""
         with self._lock:
-            self._in_progress.discard(self._key(log))
+            key = self._key(log)
+            self._in_progress.discard(key)
+            if cleaned and self._uncleanable.pop(key, None) is not None:
+                _log.info("%sa retried pass succeeded; the log is cleanable again", _prefix(log))
 
     def in_progress(self, log: CleanableLog) -> bool:
         """Whether a pass over ``log`` is running."""
@@ -366,11 +389,30 @@ class CleanerManager:
         with self._lock:
             self._paused.discard(self._key(log))
 
-    def mark_uncleanable(self, log: CleanableLog, reason: str) -> None:
-        """Stop cleaning ``log`` after a failure (logged by the caller); the others go on."""
+    def mark_uncleanable(self, log: CleanableLog, reason: str, *, now_ms: int = 0) -> int:
+        """Record a failed pass over ``log`` (logged by the caller) and release it; the others go on.
+
+        Returns the time (ms, the clock of ``now_ms``) from which a retry is due.
+        """
         with self._lock:
-            self._uncleanable[self._key(log)] = reason
-            self._in_progress.discard(self._key(log))
+            key = self._key(log)
+            self._in_progress.discard(key)
+            return self._record_failure(key, reason, now_ms)
+
+    def _record_failure(self, key: Path, reason: str, now_ms: int) -> int:
+        """Caller holds ``_lock``.  Count one more consecutive failure and set its retry time."""
+        previous = self._uncleanable.get(key)
+        failures = 1 if previous is None else previous.failures + 1
+        backoff = min(self._retry_backoff_max_ms, self._retry_backoff_ms << min(failures - 1, 40))
+        failure = _Failure(reason=reason, failures=failures, retry_at_ms=now_ms + backoff)
+        self._uncleanable[key] = failure
+        return failure.retry_at_ms
+
+    def retry_at_ms(self, log: CleanableLog) -> int | None:
+        """When a pass over an uncleanable ``log`` is next tried (``None``: it is not uncleanable)."""
+        with self._lock:
+            failure = self._uncleanable.get(self._key(log))
+            return None if failure is None else failure.retry_at_ms
 
     def reset_uncleanable(self, log: CleanableLog) -> None:
         """Allow ``log`` to be cleaned again (after an operator fixed it)."""
@@ -378,6 +420,6 @@ class CleanerManager:
             self._uncleanable.pop(self._key(log), None)
 
     def uncleanable(self) -> dict[Path, str]:
-        """Directories marked uncleanable, with the reason."""
+        """Directories marked uncleanable, with the reason of the last failure."""
         with self._lock:
-            return dict(self._uncleanable)
+            return {key: failure.reason for key, failure in self._uncleanable.items()}

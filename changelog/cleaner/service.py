@@ -16,7 +16,8 @@ module only decides when and where it runs (Kafka's ``LogCleaner`` and its
 - :meth:`CleanerService.close` (and :meth:`CleanerService.abort_and_pause`,
   for a log about to be truncated) aborts running passes: between batches in
   a thread, by killing the worker process (its ``.cleaned`` files are deleted);
-- a pass that fails marks its log uncleanable and logs why; the others go on.
+- a pass that fails marks its log uncleanable and logs why; the others go on, and the
+  log is retried after ``retry_backoff_ms``, doubling per failure up to ``retry_backoff_max_ms``.
 
 Writers and the cleaner: a pass is CPU-bound Python (decode, hash, encode).
 In a thread it holds the GIL, and a writer that released it for an fsync
@@ -100,7 +101,10 @@ class CleanerService:
     ) -> None:
         self.config = config or CleanerConfig()
         self.worker: WorkerMode = worker
-        self.manager = CleanerManager()
+        self.manager = CleanerManager(
+            retry_backoff_ms=self.config.retry_backoff_ms,
+            retry_backoff_max_ms=self.config.retry_backoff_max_ms,
+        )
         self._logs = logs
         self._clock = clock or _wall_clock_ms
         self._throttler = Throttler(self.config.io_max_bytes_per_second)
@@ -171,12 +175,17 @@ class CleanerService:
             self.manager.done(log)
             return None
         except Exception as exc:  # noqa: BLE001 - per-log failure isolation: mark it, go on
-            self.manager.mark_uncleanable(log, f"{type(exc).__name__}: {exc}")
+            retry_at = self.manager.mark_uncleanable(
+                log, f"{type(exc).__name__}: {exc}", now_ms=now
+            )
             _log.exception(
-                "[%s-%s] cleaning failed; the log is marked uncleanable", log.topic, log.partition
+                "[%s-%s] cleaning failed; the log is uncleanable, retried in %s ms",
+                log.topic,
+                log.partition,
+                retry_at - now,
             )
             return None
-        self.manager.done(log)
+        self.manager.done(log, cleaned=True)
         with self._lock:
             self._history.append(stats)
             del self._history[:-1000]

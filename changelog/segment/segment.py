@@ -45,10 +45,10 @@ logger = logging.getLogger(__name__)
 
 
 def roll_jitter_ms(config: LogConfig) -> int:
-    """A random jitter in ``[0, min(segment_jitter_ms, segment_ms))``, as Kafka draws per segment."""
+    """A random jitter in ``[0, min(segment_jitter_ms, max_segment_ms))``, as Kafka draws per segment."""
     if config.segment_jitter_ms == 0:
         return 0
-    return random.randrange(min(config.segment_jitter_ms, config.segment_ms))  # noqa: S311 - not crypto
+    return random.randrange(min(config.segment_jitter_ms, config.max_segment_ms))  # noqa: S311 - not crypto
 
 
 class LogSegment:
@@ -394,7 +394,7 @@ class LogSegment:
         """Whether to roll before appending ``messages_size`` bytes ending at ``max_offset``.
 
         True when the segment would exceed ``segment_bytes``; when it is not
-        empty and its first batch is ``segment_ms - jitter`` older than the
+        empty and its first batch is ``max_segment_ms - jitter`` older than the
         incoming batch (or, without timestamps, the segment is that old); when
         either index is full; or when ``max_offset`` cannot be stored relative
         to the base offset.  An empty segment only rolls for offset overflow.
@@ -413,7 +413,7 @@ class LogSegment:
             if first is not None and first >= 0
             else now_ms - self._created_ms
         )
-        return waited > self._config.segment_ms - self.roll_jitter_ms
+        return waited > self._config.max_segment_ms - self.roll_jitter_ms
 
     def on_become_inactive(self) -> None:
         """The log rolled past this segment: final time index entry, both indexes trimmed."""

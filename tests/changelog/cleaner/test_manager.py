@@ -221,7 +221,7 @@ def test_uncleanable_and_paused_logs_are_skipped(tmp_path: Path) -> None:
     a = make_log(tmp_path, [0, 10, 20], name="t-0")
     b = make_log(tmp_path, [0, 10, 20], name="t-1")
     manager = CleanerManager()
-    manager.mark_uncleanable(a, "boom")
+    manager.mark_uncleanable(a, "boom", now_ms=NOW)
     manager.pause(b)
     assert manager.grab_filthiest_log([a, b], NOW) is None
     assert manager.uncleanable() == {a.dir: "boom"}
@@ -269,3 +269,31 @@ def test_corrupt_checkpoint_is_reported_not_ignored(tmp_path: Path) -> None:
     with pytest.raises(CorruptCheckpointError) as info:
         read_cleaner_checkpoint(log)
     assert info.value.path == log.dir / CLEANER_CHECKPOINT
+
+
+def test_an_uncleanable_log_is_retried_after_a_doubling_backoff(tmp_path: Path) -> None:
+    log = make_log(tmp_path, [0, 10, 20], name="t-0")
+    manager = CleanerManager(retry_backoff_ms=1000, retry_backoff_max_ms=3000)
+    assert manager.mark_uncleanable(log, "ENOSPC", now_ms=NOW) == NOW + 1000
+    assert manager.grab_filthiest_log([log], NOW + 999) is None
+    chosen = manager.grab_filthiest_log([log], NOW + 1000)
+    assert chosen is not None and chosen.log is log
+    assert log.dir in manager.uncleanable()  # still counted until a pass succeeds
+    assert manager.mark_uncleanable(log, "ENOSPC", now_ms=NOW + 1000) == NOW + 3000  # 2 s
+    assert manager.grab_filthiest_log([log], NOW + 2999) is None
+    assert manager.grab_filthiest_log([log], NOW + 3000) is not None
+    assert manager.mark_uncleanable(log, "ENOSPC", now_ms=NOW + 3000) == NOW + 6000  # capped 3 s
+    assert manager.retry_at_ms(log) == NOW + 6000
+    assert manager.grab_filthiest_log([log], NOW + 6000) is not None
+    manager.done(log, cleaned=True)
+    assert manager.uncleanable() == {}
+    assert manager.retry_at_ms(log) is None
+
+
+def test_an_aborted_retry_does_not_clear_the_failure(tmp_path: Path) -> None:
+    log = make_log(tmp_path, [0, 10, 20], name="t-0")
+    manager = CleanerManager(retry_backoff_ms=10, retry_backoff_max_ms=10)
+    manager.mark_uncleanable(log, "killed worker", now_ms=NOW)
+    assert manager.grab_filthiest_log([log], NOW + 10) is not None
+    manager.done(log)  # aborted: not a success
+    assert log.dir in manager.uncleanable()

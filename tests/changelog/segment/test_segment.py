@@ -183,6 +183,24 @@ def test_should_roll_on_time_measured_from_first_batch_with_jitter(tmp_path: Pat
     seg.close()
 
 
+def test_should_roll_when_dirty_data_is_older_than_max_compaction_lag(tmp_path: Path) -> None:
+    """KIP-354: with ``compact`` a segment rolls after ``max_compaction_lag_ms``, not ``segment_ms``."""
+    config = LogConfig(segment_ms=10_000, max_compaction_lag_ms=1000)
+    assert config.max_segment_ms == 1000
+    seg = make(tmp_path, 0, config)
+    append(seg, 0, [b"a"], timestamp_ms=5000)
+    assert not seg.should_roll(messages_size=1, max_timestamp_ms=6000, max_offset=1, now_ms=0)
+    assert seg.should_roll(messages_size=1, max_timestamp_ms=6001, max_offset=1, now_ms=0)
+    seg.close()
+    # without compaction the lag means nothing: segment_ms rules
+    assert (
+        LogConfig(
+            cleanup_policy="delete", segment_ms=10_000, max_compaction_lag_ms=1000
+        ).max_segment_ms
+        == 10_000
+    )
+
+
 def test_should_roll_on_full_index_and_offset_overflow(tmp_path: Path) -> None:
     seg = make(tmp_path, 0, LogConfig(index_interval_bytes=0, segment_index_bytes=24))
     append(seg, 0, [b"a"])
