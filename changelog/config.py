@@ -18,7 +18,47 @@ import attrs
 from changelog.errors import InvalidConfigError
 from changelog.limits import INT32_MAX, INT64_MAX
 
-__all__ = ["CleanerConfig", "CleanupPolicy", "LogConfig"]
+__all__ = [
+    "COMPRESSION_TYPES",
+    "GZIP_LEVELS",
+    "LZ4_LEVELS",
+    "ZSTD_LEVELS",
+    "CleanerConfig",
+    "CleanupPolicy",
+    "LogConfig",
+]
+
+COMPRESSION_TYPES: Final = ("producer", "none", "gzip", "snappy", "lz4", "zstd")
+"""The values of Kafka's topic setting ``compression.type``."""
+GZIP_LEVELS: Final = (-1, range(1, 10))
+"""``compression.gzip.level``: Kafka's default (-1, zlib's 6), and the range (``Deflater``)."""
+LZ4_LEVELS: Final = (9, range(1, 18))
+"""``compression.lz4.level``: Kafka's default and range (lz4-java's)."""
+ZSTD_LEVELS: Final = (3, range(-131072, 23))
+"""``compression.zstd.level``: Kafka's default and range (zstd's)."""
+
+
+def _compression_type(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in COMPRESSION_TYPES:
+        raise InvalidConfigError(
+            attribute.name, value, f"must be one of {', '.join(COMPRESSION_TYPES)}"
+        )
+
+
+def _level(levels: tuple[int, range]) -> Any:
+    default, allowed = levels
+
+    def check(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidConfigError(attribute.name, value, "must be an integer")
+        if value != default and value not in allowed:
+            raise InvalidConfigError(
+                attribute.name,
+                value,
+                f"must be in [{allowed.start}, {allowed.stop - 1}] or {default}",
+            )
+
+    return check
 
 
 CleanupPolicy = Literal["compact", "delete", "compact,delete"]
@@ -129,6 +169,23 @@ class LogConfig:
 
     flush_ms: int = attrs.field(default=INT64_MAX, validator=_at_least(0))
     """``flush.ms``: fsync on append when the last fsync is older than this."""
+
+    compression_type: str = attrs.field(default="none", validator=_compression_type)
+    """``compression.type``: the codec appends compress with (``none``, ``gzip``,
+    ``snappy``, ``lz4``, ``zstd``), or ``producer``: keep what the producer sent, which
+    for our own appends is uncompressed.  Kafka's default is ``producer``; ours is
+    ``none`` (see ``docs/performance.md``, "Compression").  Reading never depends on
+    it: every codec is read, mixed in one partition too, and the cleaner rewrites a
+    batch in its own codec."""
+
+    compression_gzip_level: int = attrs.field(default=GZIP_LEVELS[0], validator=_level(GZIP_LEVELS))
+    """``compression.gzip.level``: 1-9, or -1 (zlib's default, 6)."""
+
+    compression_lz4_level: int = attrs.field(default=LZ4_LEVELS[0], validator=_level(LZ4_LEVELS))
+    """``compression.lz4.level``: 1-17; 9 (the default), 1 and 2 are LZ4's fast compressor."""
+
+    compression_zstd_level: int = attrs.field(default=ZSTD_LEVELS[0], validator=_level(ZSTD_LEVELS))
+    """``compression.zstd.level``: -131072 to 22."""
 
     def __attrs_post_init__(self) -> None:
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:

@@ -57,12 +57,20 @@ from changelog.errors import (
     RecordTooLargeError,
 )
 from changelog.fs import files
+from changelog.fs.checkpoint import LEADER_EPOCH_CHECKPOINT, read_leader_epochs
 from changelog.fs.lock import DirectoryLock
 from changelog.loader import LoadedLog
 from changelog.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
 from changelog.log_reader import located_batches, open_snapshot, records_in_range
 from changelog.log_segments import LogSegments
-from changelog.record.batch import BatchHeader, Record, encode_batch
+from changelog.record.batch import (
+    PARTITION_LEADER_EPOCH,
+    BatchHeader,
+    Headers,
+    Record,
+    encode_batch,
+)
+from changelog.record.compression import compression_for
 from changelog.recovery_point import RecoveryPoint
 from changelog.replace import replace_segments
 from changelog.segment.segment import LogSegment
@@ -74,6 +82,28 @@ Clock = Callable[[], int]
 
 _BASE_OFFSET: Final = struct.Struct(">q")  # the first 8 bytes of a batch, outside its CRC
 _KEY: Final = operator.itemgetter(0)
+_LEADER_EPOCH: Final = struct.Struct(">i")  # bytes 12-15 of a batch, outside its CRC
+_LEADER_EPOCH_POSITION: Final = 12
+
+
+def _last_leader_epoch(directory: Path, segments: Sequence[LogSegment]) -> int:
+    """The partition leader epoch appends continue: the last batch's, or Kafka's checkpoint's.
+
+    The larger of the last batch's epoch and the last entry of a
+    ``leader-epoch-checkpoint`` a broker left (so the checkpoint stays true);
+    0, a new partition's first epoch, when there is neither.
+    """
+    epoch = PARTITION_LEADER_EPOCH
+    for segment in reversed(segments):
+        header = segment.last_batch_header()
+        if header is not None:
+            epoch = max(epoch, header.partition_leader_epoch)
+            break
+    checkpointed = read_leader_epochs(directory / LEADER_EPOCH_CHECKPOINT)
+    if checkpointed:
+        epoch = max(epoch, checkpointed[-1][0])
+    return epoch
+
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +151,8 @@ class Log:
         self._segments = LogSegments(directory, loaded.segments, config=config, clock=clock)
         self._log_start_offset = loaded.log_start_offset
         self._log_end_offset = loaded.log_end_offset
+        self._leader_epoch = _last_leader_epoch(directory, loaded.segments)
+        self._compression = compression_for(config)
         self._closed = False
         self._failure: LogStorageError | None = None
         self.cleaning_barrier_offset: int | None = None
@@ -280,12 +312,22 @@ class Log:
     # ----------------------------------------------------------------- appending, rolling, flushing
 
     def append(
-        self, records: Sequence[tuple[bytes | None, bytes | None]], timestamp_ms: int | None = None
+        self,
+        records: Sequence[tuple[bytes | None, bytes | None]],
+        timestamp_ms: int | None = None,
+        *,
+        headers: Sequence[Headers] | None = None,
     ) -> AppendInfo:
         """Append ``records`` (``(key, value)`` pairs; ``None`` value = tombstone) as one batch.
 
         Every record gets ``timestamp_ms`` (default: the clock) as its
-        CreateTime.  Bad records raise :class:`~changelog.errors.InvalidRecordError`
+        CreateTime.  ``headers``, if given, holds one tuple of Kafka record
+        headers (``(str, bytes | None)`` pairs) per record; they come back in
+        :attr:`Record.headers <changelog.record.body.Record.headers>`.  The
+        batch is compressed with ``config.compression_type`` and stamped with
+        the log's partition leader epoch (that of its last batch, so appends
+        to a log a broker wrote continue its epoch; 0 for a new log).  Bad
+        records raise :class:`~changelog.errors.InvalidRecordError`
         and a batch over ``max_message_bytes`` raises
         :class:`~changelog.errors.RecordTooLargeError`; in both cases nothing is
         written.  Rolls first if the active segment is due.  With the default
@@ -293,7 +335,11 @@ class Log:
         """
         self._check_open()
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
-        batch = bytearray(encode_batch(0, records, timestamp_ms=stamp))  # offsets patched below
+        batch = bytearray(
+            encode_batch(
+                0, records, timestamp_ms=stamp, headers=headers, compression=self._compression
+            )
+        )  # offset and leader epoch patched below (neither is under the CRC)
         if self._config.compact and None in map(_KEY, records):
             # Kafka's broker refuses these too: the cleaner could not keep "the latest per key".
             raise InvalidRecordError("a compacted log cannot accept a record without a key")
@@ -306,6 +352,7 @@ class Log:
             first = self._log_end_offset
             last = first + count - 1
             _BASE_OFFSET.pack_into(batch, 0, first)
+            _LEADER_EPOCH.pack_into(batch, _LEADER_EPOCH_POSITION, self._leader_epoch)
             segment = self._segments.active
             if segment.should_roll(
                 messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()

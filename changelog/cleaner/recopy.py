@@ -24,7 +24,13 @@ from changelog.cleaner.offset_map import OffsetMap, key_hashes
 from changelog.cleaner.stats import CleanerStats
 from changelog.errors import CleanerAbortedError, CorruptRecordError
 from changelog.limits import INT32_MAX
-from changelog.record.batch import BatchHeader, decode_key_values, decode_records, encode_records
+from changelog.record.batch import (
+    BatchHeader,
+    Compression,
+    decode_key_values,
+    decode_records,
+    encode_records,
+)
 from changelog.record.header import BATCH_HEADER_SIZE, CREATE_TIME, write_header
 from changelog.record.varint import read_varint
 from changelog.segment.segment import LogSegment
@@ -337,7 +343,12 @@ def rewrite_group(
                 continue
             if not keep and not last:
                 continue
-            if keep and not stamp and header.timestamp_type == CREATE_TIME:
+            if (
+                keep
+                and not stamp
+                and header.timestamp_type == CREATE_TIME
+                and not header.compression
+            ):
                 data, max_ts, max_ts_offset = filtered_batch(
                     raw, header, keep, entries, path=reader.path, position=position
                 )
@@ -365,6 +376,7 @@ def rewrite_group(
                 base_sequence=header.base_sequence,
                 partition_leader_epoch=header.partition_leader_epoch,
                 is_transactional=header.is_transactional,
+                compression=Compression(codec=header.compression),
             )
             if kept:
                 newest = max(kept, key=lambda record: record.timestamp_ms)

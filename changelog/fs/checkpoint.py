@@ -53,10 +53,12 @@ from changelog.limits import INT32_MAX, INT64_MAX
 __all__ = [
     "CHECKPOINT_VERSION",
     "CLEANER_CHECKPOINT",
+    "LEADER_EPOCH_CHECKPOINT",
     "LOG_START_OFFSET_CHECKPOINT",
     "RECOVERY_POINT_CHECKPOINT",
     "InvalidCheckpointEntryError",
     "read_checkpoint",
+    "read_leader_epochs",
     "read_offset_checkpoint",
     "write_checkpoint",
     "write_offset_checkpoint",
@@ -205,3 +207,41 @@ def read_offset_checkpoint(path: Path, topic: str, partition: int) -> int | None
 def write_offset_checkpoint(path: Path, topic: str, partition: int, offset: int) -> None:
     """Atomically write a checkpoint file holding this partition's ``offset``."""
     write_checkpoint(path, {(topic, partition): offset})
+
+
+LEADER_EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
+"""Kafka's per-partition leader epoch cache: version 0, a count, ``epoch start_offset`` lines.
+
+We never write it: our appends continue the log's last epoch, so a checkpoint a
+broker left stays true (its last entry still covers every offset we add)."""
+
+
+def read_leader_epochs(path: Path) -> list[tuple[int, int]]:
+    """``(epoch, start offset)`` entries of a ``leader-epoch-checkpoint`` (missing: none).
+
+    A file that is not Kafka's format raises :class:`CorruptCheckpointError`.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(path, exc.start, "not UTF-8 text") from exc
+    except OSError as exc:
+        raise LogStorageError(path, "read", exc) from exc
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < _HEADER_LINES or lines[0] != str(CHECKPOINT_VERSION):
+        raise CorruptCheckpointError(path, 0, "not a version-0 leader epoch checkpoint")
+    if not _NUMBER.fullmatch(lines[1]) or int(lines[1]) != len(lines) - _HEADER_LINES:
+        raise CorruptCheckpointError(path, len(lines[0]) + 1, "the entry count does not match")
+    entries: list[tuple[int, int]] = []
+    for line in lines[_HEADER_LINES:]:
+        fields = line.split(" ")
+        if len(fields) != 2 or not all(_NUMBER.fullmatch(field) for field in fields):
+            raise CorruptCheckpointError(
+                path, text.find(line), "not an 'epoch start_offset' line", actual=line
+            )
+        entries.append((int(fields[0]), int(fields[1])))
+    return entries

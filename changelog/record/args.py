@@ -17,12 +17,13 @@ from typing import Final
 
 from changelog.errors import InvalidRecordError
 from changelog.limits import INT32_MAX, INT64_MAX, NO_TIMESTAMP
-from changelog.record.body import Record
+from changelog.record.body import Headers, Record
 from changelog.record.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 __all__ = [
     "bad_pair",
     "check_encode_records_args",
+    "check_headers",
     "check_int",
     "check_pairs",
     "check_timestamp",
@@ -57,6 +58,25 @@ def bad_pair(index: int, pair: object) -> InvalidRecordError:
     return InvalidRecordError(
         f"record {index} must be a (key, value) pair of bytes or None, got {pair!r:.80}"
     )
+
+
+def check_headers(headers: object, count: int) -> Sequence[Headers] | None:
+    """Per-record headers for ``count`` records: ``None``, or one tuple of ``(str, bytes | None)`` each."""
+    if headers is None:
+        return None
+    if not isinstance(headers, Sequence) or isinstance(headers, bytes | str):
+        raise InvalidRecordError(
+            f"headers must be a sequence (one per record), got {headers!r:.80}"
+        )
+    if len(headers) != count:
+        raise InvalidRecordError(f"{len(headers)} header tuples for {count} records")
+    for index, record_headers in enumerate(headers):
+        if record_headers.__class__ is not tuple or not _headers_ok(record_headers):
+            raise InvalidRecordError(
+                f"record {index}: headers must be a tuple of (str, bytes | None) pairs, "
+                f"got {record_headers!r:.80}"
+            )
+    return headers
 
 
 def _check_records(

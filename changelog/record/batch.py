@@ -43,15 +43,20 @@ from changelog.limits import INT32_MAX, INT64_MAX, NO_TIMESTAMP
 from changelog.record.args import (
     bad_pair,
     check_encode_records_args,
+    check_headers,
     check_int,
     check_pairs,
     check_timestamp,
 )
 from changelog.record.body import Headers, Record, decode_body, encode_body
+from changelog.record.compression import NONE, Compression, compress, decompress
 from changelog.record.header import (
     BATCH_HEADER_SIZE,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
     CREATE_TIME,
     DELETE_HORIZON_FLAG_MASK,
+    HEADER,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAGIC,
@@ -59,6 +64,7 @@ from changelog.record.header import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     PARTITION_LEADER_EPOCH,
+    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
     Buffer,
@@ -85,6 +91,7 @@ __all__ = [
     "NO_SEQUENCE",
     "PARTITION_LEADER_EPOCH",
     "BatchHeader",
+    "Compression",
     "Headers",
     "Record",
     "batch_extents",
@@ -99,6 +106,7 @@ __all__ = [
     "encode_records_py",
     "fast_codec_available",
     "iter_batches",
+    "uncompressed_batch",
     "validate_batch",
 ]
 
@@ -137,20 +145,28 @@ def encode_batch(
     pairs: Sequence[tuple[bytes | None, bytes | None]],
     *,
     timestamp_ms: int,
+    headers: Sequence[Headers] | None = None,
+    compression: Compression | None = None,
 ) -> bytes:
     """Encode ``(key, value)`` pairs as one batch: the append path.
 
     Offsets are dense from ``base_offset``; every record gets the CreateTime
-    ``timestamp_ms``; no headers; producer id/epoch/sequence are -1 and the
-    partition leader epoch is :data:`PARTITION_LEADER_EPOCH`.  Keys and values
-    must be ``bytes`` or ``None`` (a ``None`` value is a tombstone); anything
-    else, or no pairs at all, raises :class:`InvalidRecordError`.
+    ``timestamp_ms``; producer id/epoch/sequence are -1 and the partition
+    leader epoch is :data:`PARTITION_LEADER_EPOCH`.  Keys and values must be
+    ``bytes`` or ``None`` (a ``None`` value is a tombstone); ``headers``, if
+    given, holds one tuple of ``(str, bytes | None)`` pairs per record (Kafka
+    record headers).  With ``compression`` the records are compressed as
+    Kafka's producer compresses them.  Anything else, or no pairs at all,
+    raises :class:`InvalidRecordError`.
     """
     if _FAST is None:
-        return encode_batch_py(base_offset, pairs, timestamp_ms=timestamp_ms)
+        return encode_batch_py(
+            base_offset, pairs, timestamp_ms=timestamp_ms, headers=headers, compression=compression
+        )
     pairs = check_pairs(pairs)
     check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
     check_timestamp("timestamp_ms", timestamp_ms)
+    per_record = check_headers(headers, len(pairs))
     builder = _FAST[1](MAGIC, 0, 0, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, INT32_MAX)
     append = builder.append
     no_headers: list[tuple[str, bytes | None]] = []
@@ -161,14 +177,20 @@ def encode_batch(
                 value is not None and value.__class__ is not bytes
             ):
                 raise bad_pair(delta, (key, value))
-            append(delta, timestamp_ms, key, value, no_headers)
+            append(
+                delta,
+                timestamp_ms,
+                key,
+                value,
+                no_headers if per_record is None else list(per_record[delta]),
+            )
     except InvalidRecordError:
         raise
     except (TypeError, ValueError) as exc:  # a pair that does not unpack into two
         raise bad_pair(delta, pairs[delta]) from exc
     buf = builder.build()
     patch_header(buf, base_offset=base_offset, partition_leader_epoch=PARTITION_LEADER_EPOCH)
-    return bytes(buf)
+    return _finish(buf, 0, compression)
 
 
 def encode_batch_py(
@@ -176,11 +198,14 @@ def encode_batch_py(
     pairs: Sequence[tuple[bytes | None, bytes | None]],
     *,
     timestamp_ms: int,
+    headers: Sequence[Headers] | None = None,
+    compression: Compression | None = None,
 ) -> bytes:
     """Pure-Python reference of :func:`encode_batch` (same contract, same bytes)."""
     pairs = check_pairs(pairs)
     check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
     check_timestamp("timestamp_ms", timestamp_ms)
+    per_record = check_headers(headers, len(pairs))
     for index, pair in enumerate(pairs):
         try:
             key, value = pair
@@ -191,8 +216,14 @@ def encode_batch_py(
         ):
             raise bad_pair(index, pair)
     buf = bytearray(BATCH_HEADER_SIZE)
-    encode_body(((delta, 0, key, value, ()) for delta, (key, value) in enumerate(pairs)), buf)
-    return write_header(
+    encode_body(
+        (
+            (delta, 0, key, value, () if per_record is None else per_record[delta])
+            for delta, (key, value) in enumerate(pairs)
+        ),
+        buf,
+    )
+    plain = write_header(
         buf,
         base_offset=base_offset,
         partition_leader_epoch=PARTITION_LEADER_EPOCH,
@@ -205,6 +236,7 @@ def encode_batch_py(
         base_sequence=NO_SEQUENCE,
         records_count=len(pairs),
     )
+    return _finish(bytearray(plain), 0, compression)
 
 
 def encode_records(
@@ -219,6 +251,9 @@ def encode_records(
     base_sequence: int = NO_SEQUENCE,
     partition_leader_epoch: int = PARTITION_LEADER_EPOCH,
     is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = CREATE_TIME,
+    compression: Compression | None = None,
 ) -> bytes:
     """Encode records that already have offsets and timestamps: the cleaner's path.
 
@@ -230,7 +265,11 @@ def encode_records(
     timestamp it keeps, default :data:`NO_TIMESTAMP`); otherwise the max record
     timestamp is used.  With ``delete_horizon_ms`` the KIP-534 attribute bit
     is set and ``base_timestamp`` holds the horizon, record timestamps being
-    stored as deltas from it.  Bad arguments raise :class:`InvalidRecordError`.
+    stored as deltas from it.  ``is_control`` and ``timestamp_type``
+    (:data:`LOG_APPEND_TIME`: the batch's max timestamp is every record's)
+    set those attribute bits; ``compression`` compresses the records (an
+    empty batch stays uncompressed, as Kafka's ``writeEmptyHeader``).  Bad
+    arguments raise :class:`InvalidRecordError`.
     """
     records = check_encode_records_args(
         records,
@@ -263,6 +302,9 @@ def encode_records(
             base_sequence=base_sequence,
             partition_leader_epoch=partition_leader_epoch,
             is_transactional=is_transactional,
+            is_control=is_control,
+            timestamp_type=timestamp_type,
+            compression=compression,
         )
     builder = _FAST[1](
         MAGIC,
@@ -290,7 +332,7 @@ def encode_records(
         partition_leader_epoch=partition_leader_epoch,
         last_offset_delta=last_offset_delta,
     )
-    return bytes(buf)
+    return _finish(buf, _extra_attributes(is_control, timestamp_type), compression)
 
 
 def encode_records_py(
@@ -305,6 +347,9 @@ def encode_records_py(
     base_sequence: int = NO_SEQUENCE,
     partition_leader_epoch: int = PARTITION_LEADER_EPOCH,
     is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = CREATE_TIME,
+    compression: Compression | None = None,
 ) -> bytes:
     """Pure-Python reference of :func:`encode_records` (same contract, same bytes)."""
     records = check_encode_records_args(
@@ -330,6 +375,9 @@ def encode_records_py(
         base_sequence=base_sequence,
         partition_leader_epoch=partition_leader_epoch,
         is_transactional=is_transactional,
+        is_control=is_control,
+        timestamp_type=timestamp_type,
+        compression=compression,
     )
 
 
@@ -345,6 +393,9 @@ def _encode_records_py(
     base_sequence: int,
     partition_leader_epoch: int,
     is_transactional: bool,
+    is_control: bool,
+    timestamp_type: int,
+    compression: Compression | None,
 ) -> bytes:
     attributes = TRANSACTIONAL_FLAG_MASK if is_transactional else 0
     if records:
@@ -373,7 +424,7 @@ def _encode_records_py(
         )
     except OverflowError as exc:
         raise InvalidRecordError(f"a timestamp delta does not fit in 64 bits: {exc}") from exc
-    return write_header(
+    plain = write_header(
         buf,
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
@@ -386,6 +437,97 @@ def _encode_records_py(
         base_sequence=base_sequence,
         records_count=len(records),
     )
+    extra = _extra_attributes(is_control, timestamp_type)
+    return _finish(bytearray(plain), extra, compression if records else None)
+
+
+_PLAIN_BATCH_LENGTH: Final = HEADER.size - LOG_OVERHEAD
+
+
+def _extra_attributes(is_control: bool, timestamp_type: int) -> int:
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise InvalidRecordError(f"timestamp_type must be 0 or 1, got {timestamp_type!r}")
+    return (CONTROL_FLAG_MASK if is_control else 0) | (
+        TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0
+    )
+
+
+def _finish(plain: bytearray, extra_attributes: int, compression: Compression | None) -> bytes:
+    """A built uncompressed batch with ``extra_attributes`` set and its records compressed.
+
+    The header is rewritten (and the CRC recomputed) only when something changes.
+    """
+    codec = NONE if compression is None else compression.codec
+    if not extra_attributes and codec == NONE:
+        return bytes(plain)
+    h = BatchHeader(*HEADER.unpack_from(plain, 0))
+    records = bytes(memoryview(plain)[BATCH_HEADER_SIZE:])
+    body = records if compression is None else compress(records, compression)
+    buf = bytearray(BATCH_HEADER_SIZE)
+    buf += body
+    return write_header(
+        buf,
+        base_offset=h.base_offset,
+        partition_leader_epoch=h.partition_leader_epoch,
+        attributes=h.attributes | extra_attributes | codec,
+        last_offset_delta=h.last_offset_delta,
+        base_timestamp=h.base_timestamp,
+        max_timestamp=h.max_timestamp,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        records_count=h.records_count,
+    )
+
+
+def uncompressed_batch(
+    batch: Buffer, header: BatchHeader, *, path: Path | str, position: int
+) -> Buffer:
+    """``batch`` itself if uncompressed, else the same batch with its records decompressed.
+
+    The result has the codec bits cleared and a fitting ``batch_length`` but
+    the old CRC: it is for decoding (``validate=False``) only, never for
+    writing.  ``header`` is the batch's (its CRC already checked by whoever
+    trusts the result); a stream that does not decompress raises
+    :class:`CorruptRecordError` naming ``path`` and ``position``.
+    """
+    codec = header.compression
+    if codec == NONE:
+        return batch
+    body = decompress(
+        codec, bytes(memoryview(batch)[BATCH_HEADER_SIZE:]), path=path, position=position
+    )
+    buf = bytearray(batch[:BATCH_HEADER_SIZE])
+    buf += body
+    HEADER.pack_into(
+        buf,
+        0,
+        header.base_offset,
+        _PLAIN_BATCH_LENGTH + len(body),
+        header.partition_leader_epoch,
+        header.magic,
+        header.crc,
+        header.attributes & ~COMPRESSION_CODEC_MASK,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.records_count,
+    )
+    return buf
+
+
+def _plain(
+    batch: Buffer, path: Path | str, position: int, validate: bool
+) -> tuple[BatchHeader, Buffer]:
+    """The checked header of ``batch`` and the batch with its records uncompressed."""
+    header = checked_batch(batch, path, position, validate)
+    if header.compression == NONE:
+        return header, batch
+    plain = uncompressed_batch(batch, header, path=path, position=position)
+    return checked_batch(plain, path, position, False), plain
 
 
 def _log_append_time(header: BatchHeader) -> int | None:
@@ -400,7 +542,7 @@ def decode_records_py(
     validate: bool = True,
 ) -> list[Record]:
     """Pure-Python reference of :func:`decode_records` (same contract, same records)."""
-    header = checked_batch(batch, path, position, validate)
+    header, batch = _plain(batch, path, position, validate)
     return decode_body(
         batch,
         BATCH_HEADER_SIZE,
@@ -435,11 +577,13 @@ def decode_records(
 
     ``path`` and ``position`` (the batch's position in its file) name the
     place in errors.  With ``validate`` the CRC is checked first (it is
-    cheap); framing errors raise :class:`CorruptRecordError`.  Control batches
+    cheap); a compressed batch is decompressed after that (any codec of
+    :mod:`changelog.record.compression`); framing errors, and records that do
+    not decompress, raise :class:`CorruptRecordError`.  Control batches
     are decoded like any other; callers skip them by ``header.is_control``.
     With LogAppendTime every record carries the batch's max timestamp.
     """
-    header = checked_batch(batch, path, position, validate)
+    header, batch = _plain(batch, path, position, validate)
     if _FAST is None:
         return decode_records_py(batch, path=path, position=position, validate=False)
     if header.timestamp_type == LOG_APPEND_TIME:
@@ -466,7 +610,7 @@ def decode_key_values(
     Skips building :class:`Record` objects, which is most of the per-record
     cost once the compiled codec has done the parsing.
     """
-    header = checked_batch(batch, path, position, validate)
+    header, batch = _plain(batch, path, position, validate)
     if _FAST is None:
         return decode_body(
             batch,

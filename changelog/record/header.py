@@ -14,7 +14,9 @@ header are big-endian; the records after it use zig-zag varints (see
         12 |    4 | int32  | partition_leader_epoch | not in the CRC; we write 0 (see below)
         16 |    1 | int8   | magic                  | 2; 0 and 1 are the legacy message sets
         17 |    4 | uint32 | crc                    | CRC-32C (Castagnoli) of bytes 21..end
-        21 |    2 | int16  | attributes             | bits 0-2 compression (we read only 0),
+        21 |    2 | int16  | attributes             | bits 0-2 compression codec (0 none,
+           |      |        |                        | 1 gzip, 2 snappy, 3 lz4, 4 zstd: see
+           |      |        |                        | changelog.record.compression),
            |      |        |                        | 3 timestamp type (0 CreateTime, 1 LogAppendTime),
            |      |        |                        | 4 transactional, 5 control,
            |      |        |                        | 6 delete horizon set (KIP-534)
@@ -27,7 +29,10 @@ header are big-endian; the records after it use zig-zag varints (see
         51 |    2 | int16  | producer_epoch         | -1
         53 |    4 | int32  | base_sequence          | -1
         57 |    4 | int32  | records_count          | number of records that follow
-        61 |    - | -      | records                | ``records_count`` varint-framed records
+        61 |    - | -      | records                | ``records_count`` varint-framed records,
+           |      |        |                        | as one compressed stream when the codec
+           |      |        |                        | is not 0 (the CRC covers the compressed
+           |      |        |                        | bytes)
 
 The CRC covers ``attributes`` through the end of the batch, so the base offset
 and the partition leader epoch can be assigned (patched) without recomputing
@@ -58,6 +63,8 @@ import crc32c
 
 __all__ = [
     "BATCH_HEADER_SIZE",
+    "COMPRESSION_CODEC_MASK",
+    "CONTROL_FLAG_MASK",
     "CREATE_TIME",
     "DELETE_HORIZON_FLAG_MASK",
     "HEADER",
@@ -69,6 +76,7 @@ __all__ = [
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
     "PARTITION_LEADER_EPOCH",
+    "TIMESTAMP_TYPE_MASK",
     "TRANSACTIONAL_FLAG_MASK",
     "BatchHeader",
     "Buffer",
@@ -139,10 +147,10 @@ PARTITION_LEADER_EPOCH: Final = 0
 CREATE_TIME: Final = 0
 LOG_APPEND_TIME: Final = 1
 
-_COMPRESSION_CODEC_MASK: Final = 0x07
-_TIMESTAMP_TYPE_MASK: Final = 0x08
+COMPRESSION_CODEC_MASK: Final = 0x07
+TIMESTAMP_TYPE_MASK: Final = 0x08
 TRANSACTIONAL_FLAG_MASK: Final = 0x10
-_CONTROL_FLAG_MASK: Final = 0x20
+CONTROL_FLAG_MASK: Final = 0x20
 DELETE_HORIZON_FLAG_MASK: Final = 0x40
 
 _INT16_MAX: Final = 2**15 - 1
@@ -188,13 +196,13 @@ class BatchHeader:
 
     @property
     def compression(self) -> int:
-        """Compression codec id (attribute bits 0-2); 0 is none, the only one we read."""
-        return self.attributes & _COMPRESSION_CODEC_MASK
+        """Compression codec id (attribute bits 0-2): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
+        return self.attributes & COMPRESSION_CODEC_MASK
 
     @property
     def timestamp_type(self) -> int:
         """:data:`CREATE_TIME` (0) or :data:`LOG_APPEND_TIME` (1), attribute bit 3."""
-        return LOG_APPEND_TIME if self.attributes & _TIMESTAMP_TYPE_MASK else CREATE_TIME
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
 
     @property
     def is_transactional(self) -> bool:
@@ -204,7 +212,7 @@ class BatchHeader:
     @property
     def is_control(self) -> bool:
         """Attribute bit 5: a transaction marker batch, not application data."""
-        return bool(self.attributes & _CONTROL_FLAG_MASK)
+        return bool(self.attributes & CONTROL_FLAG_MASK)
 
     @property
     def has_delete_horizon(self) -> bool:

@@ -8,10 +8,12 @@ are there, the magic is 2 (0 and 1 go to the legacy check: unsupported if the
 legacy CRC holds, garbage otherwise) and the batch length fits between the
 61-byte header and ``end`` (none of this is under the CRC); (2) the CRC-32C,
 when the whole batch is at hand; (3) the fields under the CRC (negative
-offsets or counts, more records than bytes); (4) the compression bits.  So a
-flipped bit under the CRC is always a :class:`CorruptRecordError` naming the
-file and position, never an :class:`UnsupportedFormatError` ("compressed
-batch"), and nothing under the CRC is believed before it is checked.
+offsets or counts, more records than bytes in an uncompressed batch); (4) the
+compression bits (ids 5-7 name no codec).  So a flipped bit under the CRC is
+always a :class:`CorruptRecordError` naming the file and position, never an
+:class:`UnsupportedFormatError` ("unknown codec"), and nothing under the CRC
+is believed before it is checked.  Decompressing the records is not a step
+here: :mod:`changelog.record.batch` does it when the records are decoded.
 
 After a crash nothing here is trusted without the CRC: ``.log`` files are
 re-read batch by batch through :func:`iter_batches` (or a segment reader using
@@ -66,6 +68,7 @@ _MAX_TIMESTAMP_INDEX: Final = _FIELD_INDEX["max_timestamp"]
 _MIN_BATCH_LENGTH: Final = BATCH_HEADER_SIZE - LOG_OVERHEAD
 _MIN_RECORD_SIZE: Final = 7  # length, attributes, ts delta, offset delta, key, value, headers
 _LEGACY_MAGICS: Final = (0, 1)
+_LAST_CODEC: Final = 4  # zstd
 # A legacy (v0/v1) message after offset and size: crc uint32 (zlib CRC-32 of
 # magic..end), magic int8, attributes int8, [timestamp int64 in v1], key, value.
 _LEGACY_CRC: Final = struct.Struct(">I")
@@ -116,7 +119,10 @@ def _fields(buf: Buffer, position: int, path: Path | str, where: int) -> BatchHe
             f"negative base_offset {header.base_offset}, last_offset_delta "
             f"{header.last_offset_delta} or records_count {header.records_count}",
         )
-    if header.records_count * _MIN_RECORD_SIZE > header.batch_length - _MIN_BATCH_LENGTH:
+    if (
+        not header.compression
+        and header.records_count * _MIN_RECORD_SIZE > header.batch_length - _MIN_BATCH_LENGTH
+    ):
         raise CorruptRecordError(
             path,
             where,
@@ -157,10 +163,10 @@ def _reject_legacy(
 
 
 def _check_compression(header: BatchHeader, path: Path | str, where: int) -> None:
-    """Step (4)."""
-    if header.compression:
+    """Step (4): a codec id Kafka knows (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)."""
+    if header.compression > _LAST_CODEC:
         raise UnsupportedFormatError(
-            path, where, f"compressed batch (codec {header.compression}); only uncompressed is read"
+            path, where, f"unknown compression codec id {header.compression} (Kafka knows 0-4)"
         )
 
 
@@ -213,9 +219,9 @@ def decode_header(
     where ``buf[position]`` lies in the file when ``buf`` is a chunk of it).
     A short, torn or garbage batch, or a CRC mismatch, raises
     :class:`CorruptRecordError`; magic 0/1 with a valid legacy CRC, or a
-    compressed batch, raises :class:`UnsupportedFormatError`.  Without
-    ``validate`` a flipped attribute bit may look like compression: check the
-    CRC (:func:`validate_batch`) before believing that.
+    codec id above 4, raises :class:`UnsupportedFormatError`.  Without
+    ``validate`` a flipped attribute bit may look like an unknown codec: check
+    the CRC (:func:`validate_batch`) before believing that.
     """
     where = position if file_position is None else file_position
     return _read(
@@ -296,7 +302,7 @@ def checked_batch(batch: Buffer, path: Path | str, position: int, validate: bool
     """Header of ``batch``, which must be exactly one whole batch found at ``position`` in ``path``.
 
     Checks the framing, then (with ``validate``) the CRC, then the fields and
-    that it is uncompressed; errors name ``path`` and ``position``.
+    the codec id; errors name ``path`` and ``position``.
     """
     end = len(batch)
     size = _frame(batch, 0, end, path, position)

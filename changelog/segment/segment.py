@@ -327,6 +327,15 @@ class LogSegment:
             )
             return reader.position_of(offset, max(entry_position, start_position))
 
+    def last_batch_header(self) -> BatchHeader | None:
+        """The header of the segment's last batch (``None`` when it is empty)."""
+        last: BatchHeader | None = None
+        with self.open_reader() as reader:
+            start = self._checked_position(reader, self._indexes.offset_index.last_entry())
+            for _position, header in reader.headers(start):
+                last = header
+        return last
+
     def read_next_offset(self) -> int:
         """The offset after the last batch, or ``base_offset`` when the segment is empty."""
         with self.open_reader() as reader:

@@ -528,19 +528,33 @@ def test_unknown_magic_is_corrupt() -> None:
     assert (info.value.expected, info.value.actual) == (2, 3)
 
 
-@pytest.mark.parametrize("codec", [1, 2, 3, 4])
-def test_compressed_batches_are_unsupported(codec: int) -> None:
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_unknown_codec_ids_are_unsupported(codec: int) -> None:
     first, _ = two_batches()
     compressed = bytearray(first)
     struct.pack_into(">h", compressed, 21, codec)
     valid = restamp_crc(compressed)
-    with pytest.raises(UnsupportedFormatError, match="compressed"):
+    with pytest.raises(UnsupportedFormatError, match="codec id"):
         decode_header(valid, 0, path=PATH)
     with pytest.raises(UnsupportedFormatError):
         list(iter_batches(valid, path=PATH))
     for decode in DECODE:
         with pytest.raises(UnsupportedFormatError):
             decode(valid, path=PATH, position=0)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_codec_bits_over_records_that_do_not_decompress(codec: int) -> None:
+    """A valid CRC over a codec id whose records are not that codec's stream: corrupt, typed."""
+    first, _ = two_batches()
+    compressed = bytearray(first)
+    struct.pack_into(">h", compressed, 21, codec)
+    valid = restamp_crc(compressed)
+    assert decode_header(valid, 0, path=PATH).compression == codec
+    for decode in DECODE:
+        with pytest.raises(CorruptRecordError) as info:
+            decode(valid, path=PATH, position=77)
+        assert info.value.position == 77
 
 
 @pytest.mark.parametrize(
@@ -613,8 +627,8 @@ def test_validating_decode_checks_the_crc_before_the_fields_under_it() -> None:
     first, second = two_batches()
     buf = first + second
     for offset, fmt, value in [
-        (21, ">h", 1),  # a compression bit: without the CRC this reads as "compressed"
-        (21, ">h", 4),
+        (21, ">h", 5),  # codec bits: without the CRC this reads as "unknown codec"
+        (21, ">h", 7),
         (57, ">i", -1),  # records_count: without the CRC this reads as "negative"
         (23, ">i", -1),  # last_offset_delta
     ]:

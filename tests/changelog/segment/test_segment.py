@@ -532,20 +532,20 @@ ATTRIBUTES = 21  # the attributes' position in a batch; compression is bits 0-2
 
 
 def flip_compression_bit(seg: LogSegment, position: int, *, restamp: bool) -> None:
-    """Set compression codec 1 in the batch at ``position``; ``restamp``: fix its CRC (a really
-    compressed batch) or not (a flipped bit)."""
+    """Set codec bits 0b101 (id 5, no codec) in the batch at ``position``; ``restamp``: fix its
+    CRC (a batch of an unknown codec) or not (flipped bits)."""
     data = bytearray(seg.log_path.read_bytes())
     size = decode_header(data, position, path=seg.log_path).size_in_bytes
-    data[position + ATTRIBUTES + 1] |= 0x01
+    data[position + ATTRIBUTES + 1] |= 0x05
     if restamp:
         crc = crc32c.crc32c(bytes(data[position + ATTRIBUTES : position + size]))
         data[position + 17 : position + 21] = crc.to_bytes(4, "big")
     seg.log_path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("restamp", [False, True], ids=["flipped-bit", "really-compressed"])
+@pytest.mark.parametrize("restamp", [False, True], ids=["flipped-bit", "unknown-codec"])
 def test_compression_bits_are_believed_only_after_the_crc(tmp_path: Path, restamp: bool) -> None:
-    """A flipped compression bit is corruption (CorruptRecordError), a compressed batch with a
+    """Flipped codec bits are corruption (CorruptRecordError), an unknown codec id under a
     valid CRC is unsupported; both name the file and the batch's position, on every read path."""
     seg = make(tmp_path, 0, LogConfig(index_interval_bytes=4096))  # no index entry: scans from 0
     first = append(seg, 0, [b"a" * 20])
