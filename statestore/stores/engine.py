@@ -227,8 +227,9 @@ class RocksDBEngine:
     def write(self, records: Iterable[tuple[bytes, bytes | None]], applied_offset: int) -> None:
         """Apply ``records`` (``None`` value: delete) and the applied offset in one WriteBatch.
 
-        A record whose key is not ``bytes`` raises ``TypeError`` before
-        anything is written (restore reports it as a record without a key).
+        A record whose key is not ``bytes`` raises ``KeyError`` (rocksdict's
+        raw mode) before anything is written; restore reports it as a record
+        without a key.
         """
         self._check_open("write")
         batch = rocksdict.WriteBatch(raw_mode=True)

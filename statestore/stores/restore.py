@@ -301,7 +301,8 @@ def _apply(
 ) -> None:
     try:
         engine.write(pairs, applied_offset)
-    except TypeError as exc:  # a record without a key (not written by a store)
+    except (KeyError, TypeError) as exc:  # a record without a key (not written by a store)
+        # rocksdict's raw-mode WriteBatch raises KeyError for a None key.
         raise RestoreError(
             store, partition, applied_offset, f"changelog record without a key: {exc}"
         ) from exc

@@ -16,12 +16,19 @@ import pytest
 
 from changelog.config import LogConfig
 from changelog.fs import files
+from changelog.fs.files import CLEAN_SHUTDOWN_FILE
 from changelog.log import Log
 from statestore.config import RocksDBConfig
-from statestore.errors import CommitFailedError, StoreEngineError
+from statestore.errors import (
+    CommitFailedError,
+    InvalidStateStoreError,
+    RestoreError,
+    StoreEngineError,
+)
 from statestore.stores.buffer import WriteBuffer
 from statestore.stores.change_logging import ChangeLoggingStore
 from statestore.stores.engine import RocksDBEngine
+from statestore.stores.lifecycle import StoreState
 from statestore.stores.restore import plan_restore
 from tests.statestore.helpers import changelog_entries
 
@@ -299,3 +306,139 @@ def test_on_disk_applied_offset_is_never_ahead_of_the_on_disk_data(tmp_path: Pat
             assert barrier is None or barrier <= applied or barrier == 0
     finally:
         _close(part)
+
+
+# ------------------------------------------------------------------ lifecycle
+
+
+def _unrestored(tmp_path: Path) -> ChangeLoggingStore:
+    log = Log.open(tmp_path / "kv-changelog-0", config=LogConfig())
+    engine = RocksDBEngine.open(tmp_path / "kv-rocksdb-0", config=RocksDBConfig(), cache=None)
+    plan = plan_restore(
+        "full", applied_offset=None, has_data=False, log_start_offset=0, log_end_offset=0
+    )
+    return ChangeLoggingStore(
+        store="kv",
+        partition=0,
+        changelog=log,
+        engine=engine,
+        plan=plan,
+        flush_interval_records=10,
+    )
+
+
+def test_a_partition_is_created_then_restoring_then_open(tmp_path: Path) -> None:
+    part = _unrestored(tmp_path)
+    try:
+        assert part.state is StoreState.CREATED
+        with pytest.raises(InvalidStateStoreError) as info:
+            part.write([(b"k", b"v")])
+        assert (info.value.store, info.value.state, info.value.operation) == (
+            "kv-0",
+            "created",
+            "commit",
+        )
+        seen: list[StoreState] = []
+
+        class Listener:
+            def on_restore_start(self, *_args: object) -> None:
+                seen.append(part.state)
+
+            def on_batch_restored(self, *_args: object) -> None:
+                pass
+
+            def on_restore_end(self, *_args: object) -> None:
+                seen.append(part.state)
+
+        part.restore(batch_records=10, listener=Listener())
+        assert seen == [StoreState.RESTORING, StoreState.RESTORING]
+        assert part.state is StoreState.OPEN
+        with pytest.raises(InvalidStateStoreError):
+            part.restore(batch_records=10)  # restores once
+        assert part.write([(b"k", b"v")]) == 1
+    finally:
+        part.close()
+
+
+def test_a_failed_restore_fails_the_partition_and_close_releases_everything(
+    tmp_path: Path,
+) -> None:
+    # A delete-policy topic may hold keyless records; a store's changelog never does.
+    with Log.open(tmp_path / "kv-changelog-0", config=LogConfig(cleanup_policy="delete")) as log:
+        log.append([(None, b"a record without a key")])
+    part = _unrestored(tmp_path)
+    with pytest.raises(RestoreError):
+        part.restore(batch_records=10)
+    assert part.state is StoreState.FAILED
+    with pytest.raises(InvalidStateStoreError):
+        part.flush()
+    part.close()
+    assert part.state is StoreState.CLOSED
+    assert part.changelog.closed and part.engine.closed
+    Log.open(tmp_path / "kv-changelog-0").close()  # both locks are free again
+    RocksDBEngine.open(tmp_path / "kv-rocksdb-0", config=RocksDBConfig(), cache=None).close()
+
+
+def test_close_closes_the_engine_and_the_changelog_cleanly(tmp_path: Path) -> None:
+    part = _partition(tmp_path, hold_cleaning_barrier=False, interval=10)
+    part.put(b"k", b"v")
+    part.commit()
+    part.close()
+    part.close()  # idempotent
+    assert part.inner.changelog.closed and part.inner.engine.closed
+    assert (tmp_path / "kv-changelog-0" / CLEAN_SHUTDOWN_FILE).exists()
+    part.put(b"x", b"y")  # the buffer holds no state of its own; the layer below refuses
+    with pytest.raises(InvalidStateStoreError) as info:
+        part.commit()
+    assert info.value.state == "closed"
+
+
+def test_abandon_releases_everything_as_a_crash_would(tmp_path: Path) -> None:
+    part = _partition(tmp_path, hold_cleaning_barrier=False, interval=10)
+    part.put(b"k", b"v")
+    part.commit()
+    part.put(b"lost", b"v")
+    part.abandon()
+    part.abandon()  # idempotent
+    assert part.inner.changelog.closed and part.inner.engine.closed
+    assert part.pending_count == 0
+    assert not (tmp_path / "kv-changelog-0" / CLEAN_SHUTDOWN_FILE).exists()
+    with Log.open(tmp_path / "kv-changelog-0") as log:  # recovers, keeps the commit
+        assert changelog_entries(log) == [(b"k", b"v")]
+
+
+def test_a_failed_partition_refuses_commits_and_closes_without_flushing(
+    logged: WriteBuffer,
+) -> None:
+    def broken(*_args: object) -> None:
+        raise StoreEngineError(logged.inner.engine.path, "write", "disk on fire")
+
+    logged.inner.engine.write = broken  # type: ignore[method-assign,assignment]
+    logged.put(b"k", b"v")
+    with pytest.raises(StoreEngineError):
+        logged.commit()
+    assert logged.pending_count == 0  # the changelog has them
+    assert logged.inner.state is StoreState.FAILED
+    logged.put(b"k2", b"v")
+    with pytest.raises(InvalidStateStoreError) as info:
+        logged.commit()
+    assert info.value.state == "failed"
+    flushes: list[bool] = []
+    real_close = logged.inner.engine.close
+
+    def close(*, flush: bool = True) -> None:
+        flushes.append(flush)
+        real_close(flush=flush)
+
+    logged.inner.engine.close = close  # type: ignore[method-assign]
+    logged.close()
+    assert flushes == [False]
+
+
+def test_close_discards_pending_writes_with_a_warning(
+    logged: WriteBuffer, caplog: pytest.LogCaptureFixture
+) -> None:
+    logged.put(b"k", b"v")
+    logged.close()
+    assert "closing with 1 uncommitted writes" in caplog.text
+    assert logged.pending_count == 0

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from statestore.config import Compression, RocksDBConfig
-from statestore.errors import StoreEngineError
+from statestore.errors import InvalidStateStoreError, StoreEngineError
 from statestore.stores.engine import RocksDBEngine, new_block_cache
 
 
@@ -118,3 +118,70 @@ def test_bounds_outlive_the_callers_bytes(engine: RocksDBEngine) -> None:
     _ = [bytes(64) for _ in range(1000)]  # reuse the freed memory
     assert [k for k, _ in forward] == [b"k010", b"k011", b"k012"]
     assert [k for k, _ in backward] == [b"k012", b"k011", b"k010"]
+
+
+def test_a_closed_engine_refuses_every_operation_with_a_typed_error(tmp_path: Path) -> None:
+    engine = RocksDBEngine.open(tmp_path / "db", config=RocksDBConfig(), cache=None)
+    engine.close()
+    engine.close()  # idempotent
+    assert engine.closed
+    operations = {
+        "get": lambda: engine.get(b"k"),
+        "write": lambda: engine.write([(b"k", b"v")], 1),
+        "iterate": engine.items,
+        "read applied offset": engine.applied_offset,
+        "flush": engine.flush,
+        "property": engine.approximate_num_entries,
+        "checkpoint": lambda: engine.checkpoint(tmp_path / "copy"),
+    }
+    for operation, call in operations.items():
+        with pytest.raises(InvalidStateStoreError) as info:
+            call()
+        assert (info.value.state, info.value.operation) == ("closed", operation)
+        assert str(tmp_path / "db") in str(info.value)
+
+
+class _Broken:
+    """Stands in for rocksdict's handle: every call fails as rocksdict does (an ``Exception``)."""
+
+    def __getattr__(self, name: str) -> object:
+        def fail(*_args: object, **_kwargs: object) -> None:
+            raise RuntimeError(f"IO error: {name} on fire")
+
+        return fail
+
+
+@pytest.mark.parametrize(
+    ("operation", "call"),
+    [
+        ("write", lambda e: e.write([(b"k", b"v")], 1)),
+        ("flush", lambda e: e.flush()),
+        ("flush", lambda e: e.request_data_flush()),
+        ("property", lambda e: e.data_flush_pending()),
+        ("property", lambda e: e.approximate_num_entries()),
+        ("iterate", lambda e: e.items()),
+        ("flush applied offset", lambda e: e.persist_applied_offset(1, current=2)),
+        ("read applied offset", lambda e: e.applied_offset()),
+    ],
+)
+def test_every_rocksdb_error_becomes_a_store_engine_error_naming_path_and_operation(
+    engine: RocksDBEngine, operation: str, call: Callable[[RocksDBEngine], object]
+) -> None:
+    real_db, real_meta = engine._db, engine._meta_db
+    engine._db, engine._meta_db = _Broken(), _Broken()
+    try:
+        with pytest.raises(StoreEngineError) as info:
+            call(engine)
+        assert info.value.path == engine.path
+        assert info.value.operation == operation
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert "on fire" in str(info.value)
+    finally:
+        engine._db, engine._meta_db = real_db, real_meta
+
+
+def test_a_failed_get_is_a_store_engine_error(engine: RocksDBEngine) -> None:
+    engine._get = _Broken().get
+    with pytest.raises(StoreEngineError) as info:
+        engine.get(b"k")
+    assert (info.value.path, info.value.operation) == (engine.path, "get")

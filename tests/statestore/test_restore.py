@@ -16,9 +16,10 @@ import pytest
 from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
 from changelog.log import Log
-from statestore.config import RestoreMode, StoreConfig
+from statestore.config import RestoreMode, RocksDBConfig, StoreConfig
 from statestore.serdes import BytesSerde
-from statestore.stores.restore import RestoreProgress, plan_restore
+from statestore.stores.engine import RocksDBEngine
+from statestore.stores.restore import RestoreProgress, open_engine, plan_restore, restore_into
 from tests.statestore.conftest import OpenManager
 from tests.statestore.helpers import TINY_LOG
 
@@ -393,3 +394,73 @@ def test_rocksdb_ahead_of_the_changelog_after_a_power_cut_is_rebuilt(
         b"k3": b"v3",
         b"shared": b"3",
     }
+
+
+def _engine_opener(path: Path) -> Any:
+    return lambda: RocksDBEngine.open(path, config=RocksDBConfig(), cache=None)
+
+
+def _seed_engine(path: Path, applied: int) -> None:
+    engine = RocksDBEngine.open(path, config=RocksDBConfig(), cache=None)
+    engine.write([(b"old", b"x")], applied)
+    engine.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "applied", "kept", "reason"),
+    [
+        ("full", 1, False, "full restore"),
+        ("incremental", 1, True, "incremental"),
+        ("incremental", 99, False, "beyond the log end offset"),
+    ],
+)
+def test_open_engine_keeps_or_rebuilds_as_the_policy_says(
+    tmp_path: Path, mode: RestoreMode, applied: int, kept: bool, reason: str
+) -> None:
+    end = write_changelog(tmp_path, [(b"a", b"1"), (b"b", b"2")])
+    engine_path = tmp_path / "kv-rocksdb-0"
+    _seed_engine(engine_path, applied)
+    destroyed: list[Path] = []
+
+    def destroy() -> None:
+        destroyed.append(engine_path)
+        RocksDBEngine.destroy(engine_path)
+
+    with Log.open(tmp_path / "kv-changelog-0", config=TINY_LOG) as log:
+        engine, plan = open_engine(
+            mode, log, open_=_engine_opener(engine_path), destroy=destroy, label="[kv-0]"
+        )
+        try:
+            assert plan.mode == mode
+            assert plan.rebuild is not kept
+            assert reason in plan.reason
+            assert plan.start_offset == (applied if kept else 0)
+            assert (engine.get(b"old") == b"x") is kept
+            assert destroyed == ([] if kept else [engine_path])
+            result = restore_into(
+                engine,
+                log,
+                plan,
+                store="kv",
+                partition=0,
+                batch_records=10,
+                listener=None,
+                progress=None,
+            )
+            assert (result.start_offset, result.end_offset) == (plan.start_offset, end)
+            assert engine.applied_offset() == end
+            assert log.cleaning_barrier_offset == (end if mode == "incremental" else None)
+        finally:
+            engine.close()
+
+
+def test_only_incremental_restore_holds_the_cleaning_barrier() -> None:
+    for mode, holds in (("full", False), ("incremental", True)):
+        plan = plan_restore(
+            mode,  # type: ignore[arg-type]
+            applied_offset=None,
+            has_data=False,
+            log_start_offset=0,
+            log_end_offset=0,
+        )
+        assert plan.hold_cleaning_barrier is holds

@@ -270,6 +270,36 @@ def test_closed_store_raises_typed_error(open_manager: OpenManager) -> None:
         assert info.value.store == "kv"
 
 
+def test_closing_a_store_by_hand_closes_its_changelogs_and_the_manager_reopens_it(
+    open_manager: OpenManager,
+) -> None:
+    manager = open_manager()
+    store = manager.store("kv", partitions=2)
+    store.put_all([("a", 1), ("b", 2)])
+    store.commit()
+    store.close()
+    store.close()  # idempotent
+    assert all(log.closed for log in store.changelogs)
+    reopened = manager.store("kv", partitions=2)
+    assert reopened is not store
+    assert dict(reopened.items()) == {"a": 1, "b": 2}
+
+
+def test_abandon_drops_the_store_as_a_crash_would(open_manager: OpenManager) -> None:
+    manager = open_manager()
+    store = manager.store("kv")
+    store["kept"] = 1
+    store.commit()
+    store["lost"] = 2
+    store.abandon()
+    store.abandon()  # idempotent
+    assert store.state is StoreState.CLOSED
+    assert store.changelog.closed  # type: ignore[union-attr]
+    with pytest.raises(InvalidStateStoreError):
+        store.get("kept")
+    assert dict(manager.store("kv").items()) == {"kept": 1}
+
+
 def test_approximate_num_entries(open_manager: OpenManager) -> None:
     store = open_manager().store("kv")
     store.put_all([(f"k{i:04}", i) for i in range(2000)])
