@@ -38,19 +38,29 @@ LAYERS: dict[str, int] = {
     "changelog.log": 5,
     "changelog.cleaner": 6,
     "changelog": 7,
-    # statestore: base -> stores -> manager -> tools -> public API
+    # statestore: base -> the store stack, inside out -> manager -> tools -> public API
     "statestore.errors": 10,
     "statestore.config": 10,
     "statestore.serdes": 10,
     "statestore.partitioner": 10,
     "statestore": 11,
-    "statestore.manager": 12,
-    "statestore.cli": 13,
-    "statestore.testing": 13,
-    "statestore.__init__": 14,
-    "statestore.__main__": 14,
+    "statestore.stores": 11,
+    "statestore.stores.engine": 12,
+    "statestore.stores.restore": 13,
+    "statestore.stores.change_logging": 14,
+    "statestore.stores.buffer": 15,
+    "statestore.stores.partitioned": 16,
+    "statestore.stores.typed": 16,
+    "statestore.stores.builder": 17,
+    "statestore.manager": 18,
+    "statestore.cli": 19,
+    "statestore.testing": 19,
+    "statestore.__init__": 20,
+    "statestore.__main__": 20,
 }
-"""Module prefix -> layer.  ``statestore`` (11) is the default for store modules."""
+"""Module prefix -> layer.  ``statestore.stores`` (11) holds the stack's leaves
+(``lifecycle``, ``spec``, ``bytes_store``); each layer of the stack has its own number,
+so that no layer can import the one built over it."""
 
 
 def module_name(path: Path) -> str:
@@ -182,6 +192,8 @@ def test_the_check_can_fail() -> None:
     assert cycles(graph) == [["a", "b"]]
     assert layer_of("changelog.cleaner.clean") > layer_of("changelog.log")
     assert layer_of("changelog.fs.files") < layer_of("changelog.record.batch")
+    assert layer_of("statestore.stores.engine") < layer_of("statestore.stores.change_logging")
+    assert layer_of("statestore.stores.buffer") < layer_of("statestore.stores.typed")
 
 
 def test_no_private_names_across_modules() -> None:

@@ -74,6 +74,8 @@ class _EngineErrors:
     A :class:`StoreEngineError` raised inside passes through unchanged.  A
     small class rather than ``contextlib.contextmanager``: ~4x cheaper per
     ``with`` (no generator), which matters on the per-commit write path.
+
+    Thread-safety: immutable after construction; one instance per ``with``.
     """
 
     __slots__ = ("_operation", "_path")
