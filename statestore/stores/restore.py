@@ -42,10 +42,12 @@ engine or append to the changelog while a restore runs (the store is in state
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from operator import itemgetter
+from typing import Final, Protocol
 
 import attrs
 
@@ -235,26 +237,30 @@ def replay(
     listen = listener if listener is not None else _NullListener()
     listen.on_restore_start(store, partition, start_offset, end_offset)
     restored = 0
-    pending: list[tuple[bytes, bytes | None]] = []
+    # Decoded batches waiting for the next WriteBatch, kept as the lists ``read`` made:
+    # no per-record copy here, the engine's WriteBatch loop is the only Python-level
+    # pass over them (``map(itemgetter)`` over ``chain`` runs in C).
+    pending: list[list[tuple[int, bytes | None, bytes | None]]] = []
+    pending_count = 0
     next_offset = start_offset
     try:
         if start_offset < end_offset:
             for entries in read(start_offset):
                 if not entries:
                     continue
-                chunk = entries
-                last = chunk[-1][0]
+                last = entries[-1][0]
                 if last >= end_offset:
-                    chunk = [entry for entry in entries if entry[0] < end_offset]
-                    if not chunk:
+                    entries = [entry for entry in entries if entry[0] < end_offset]  # noqa: PLW2901
+                    if not entries:
                         break
-                    last = chunk[-1][0]
-                pending.extend([(key, value) for _offset, key, value in chunk])  # type: ignore[misc]
+                    last = entries[-1][0]
+                pending.append(entries)
+                pending_count += len(entries)
                 next_offset = last + 1
-                if len(pending) >= batch_records:
-                    _apply(engine, pending, next_offset, store, partition)
-                    restored += len(pending)
-                    listen.on_batch_restored(store, partition, next_offset - 1, len(pending))
+                if pending_count >= batch_records:
+                    _apply(engine, _pairs(pending), next_offset, store, partition)
+                    restored += pending_count
+                    listen.on_batch_restored(store, partition, next_offset - 1, pending_count)
                     if progress is not None:
                         progress(
                             RestoreProgress(
@@ -267,14 +273,15 @@ def replay(
                             )
                         )
                     pending = []
+                    pending_count = 0
                 if next_offset >= end_offset:
                     break
     except ChangelogError as exc:
         raise RestoreError(store, partition, next_offset, str(exc)) from exc
-    _apply(engine, pending, end_offset, store, partition)
-    if pending:
-        restored += len(pending)
-        listen.on_batch_restored(store, partition, next_offset - 1, len(pending))
+    _apply(engine, _pairs(pending), end_offset, store, partition)
+    if pending_count:
+        restored += pending_count
+        listen.on_batch_restored(store, partition, next_offset - 1, pending_count)
     if progress is not None:
         progress(
             RestoreProgress(
@@ -290,6 +297,16 @@ def replay(
     listen.on_restore_end(store, partition, restored)
     logger.debug("%s replayed %s records of [%s, %s)", label, restored, start_offset, end_offset)
     return restored
+
+
+_KEY_VALUE: Final = itemgetter(1, 2)  # of an (offset, key, value) entry
+
+
+def _pairs(
+    batches: list[list[tuple[int, bytes | None, bytes | None]]],
+) -> Iterator[tuple[bytes, bytes | None]]:
+    """``(key, value)`` of every entry, lazily and without a Python-level loop."""
+    return map(_KEY_VALUE, itertools.chain.from_iterable(batches))
 
 
 def _apply(
