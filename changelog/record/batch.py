@@ -34,7 +34,7 @@ Thread-safety: every function is pure and thread-safe; :class:`Record` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -94,6 +94,7 @@ __all__ = [
     "Compression",
     "Headers",
     "Record",
+    "apply_key_values",
     "batch_extents",
     "declared_size",
     "decode_header",
@@ -625,3 +626,42 @@ def decode_key_values(
             file_position=position,
         )
     return [(r.offset, r.key, r.value) for r in _fast_reader(batch, path, position)]
+
+
+def apply_key_values(
+    batch: Buffer,
+    put: Callable[[bytes | None, bytes], object],
+    delete: Callable[[bytes | None], object],
+    *,
+    path: Path | str,
+    position: int,
+    validate: bool = True,
+) -> int:
+    """Hand every record of ``batch`` to ``put(key, value)``, or ``delete(key)`` for a tombstone.
+
+    The restore path: one pass over the records with no list or tuple per record
+    (the compiled reader's records go straight to the callables).  Returns the
+    number of records.  Keys are passed as they are (``None`` for a record without
+    a key: the callee decides).  Framing errors raise :class:`CorruptRecordError`;
+    records before the error may already have been handed over.
+    """
+    header = checked_batch(batch, path, position, validate)
+    if _FAST is None:
+        entries = decode_key_values(batch, path=path, position=position, validate=False)
+        for _offset, key, value in entries:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        return len(entries)
+    reader, _builder, errors = _FAST
+    try:
+        for record in reader(bytes(batch)):
+            value = record.value
+            if value is None:
+                delete(record.key)
+            else:
+                put(record.key, value)
+    except errors as exc:
+        raise CorruptRecordError(path, position, f"malformed records: {exc}") from exc
+    return header.records_count

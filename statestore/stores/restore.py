@@ -25,8 +25,8 @@ Two paths, one result (tests prove the state is identical):
   directory with data but no offset is rebuilt likewise.
 
 Replay moves bytes only: values are never decoded.  Records are applied in
-``WriteBatch`` es of ``restore_batch_records`` with the WAL off, each carrying
-the applied offset it reaches; at the end the applied offset is the log end
+``WriteBatch`` es of about ``restore_batch_records`` (whole log batches) with the
+WAL off, each carrying the applied offset it reaches; at the end the applied offset is the log end
 offset read when the restore started (gaps at the end of a compacted log are
 covered), and RocksDB is flushed so the restored state is durable.
 
@@ -42,23 +42,22 @@ engine or append to the changelog while a restore runs (the store is in state
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from operator import itemgetter
-from typing import Final, Protocol
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
 
 import attrs
 
 from changelog import ChangelogError, Log
-from changelog.record.batch import decode_key_values
+from changelog.record.batch import BatchHeader, apply_key_values, decode_key_values
 from statestore.config import RestoreMode
 from statestore.errors import RestoreError, StoreEngineError
 from statestore.stores.engine import RocksDBEngine
 
 __all__ = [
-    "KeyValueBatches",
+    "DataBatches",
     "ProgressHook",
     "RestorePlan",
     "RestoreProgress",
@@ -66,15 +65,15 @@ __all__ = [
     "StateRestoreListener",
     "open_engine",
     "plan_restore",
-    "read_key_value_batches",
+    "read_data_batches",
     "replay",
     "restore_into",
 ]
 
 logger = logging.getLogger(__name__)
 
-KeyValueBatches = Callable[[int], Iterator[list[tuple[int, bytes | None, bytes | None]]]]
-"""``read(start_offset)``: lists of ``(offset, key, value)`` from ``start_offset`` to the end."""
+DataBatches = Callable[[int], Iterator[tuple[BatchHeader, bytes]]]
+"""``read(start_offset)``: ``(header, batch bytes)`` of the batches from ``start_offset`` on."""
 
 
 class StateRestoreListener(Protocol):
@@ -216,9 +215,10 @@ class _NullListener:
 
 
 def replay(
-    read: KeyValueBatches,
+    read: DataBatches,
     engine: RocksDBEngine,
     *,
+    path: Path | str,
     store: str,
     partition: int,
     start_offset: int,
@@ -229,38 +229,39 @@ def replay(
 ) -> int:
     """Apply the changelog records in ``[start_offset, end_offset)`` to ``engine``; returns the count.
 
-    Values are moved as bytes.  The last WriteBatch sets the applied offset to
-    ``end_offset`` even when no record is left there (a compacted or empty
-    tail), and the engine is flushed at the end.
+    Values are moved as bytes, in one pass per record: the codec's record reader
+    hands each record straight to the WriteBatch's ``put``/``delete``
+    (:func:`changelog.record.batch.apply_key_values`), with no list of pairs in
+    between.  A WriteBatch closes after the log batch that brings it to
+    ``batch_records`` records or more, carrying the applied offset at that
+    batch's end.  The last WriteBatch sets the applied offset to ``end_offset``
+    even when no record is left there (a compacted or empty tail), and the
+    engine is flushed at the end.  ``path`` names the partition in errors.
     """
     label = f"[{store}-{partition}]"
     listen = listener if listener is not None else _NullListener()
     listen.on_restore_start(store, partition, start_offset, end_offset)
     restored = 0
-    # Decoded batches waiting for the next WriteBatch, kept as the lists ``read`` made:
-    # no per-record copy here, the engine's WriteBatch loop is the only Python-level
-    # pass over them (``map(itemgetter)`` over ``chain`` runs in C).
-    pending: list[list[tuple[int, bytes | None, bytes | None]]] = []
-    pending_count = 0
+    batch = engine.new_write_batch()
+    in_batch = 0
     next_offset = start_offset
     try:
         if start_offset < end_offset:
-            for entries in read(start_offset):
-                if not entries:
+            for header, data in read(start_offset):
+                if header.is_control:
                     continue
-                last = entries[-1][0]
-                if last >= end_offset:
-                    entries = [entry for entry in entries if entry[0] < end_offset]  # noqa: PLW2901
-                    if not entries:
-                        break
-                    last = entries[-1][0]
-                pending.append(entries)
-                pending_count += len(entries)
-                next_offset = last + 1
-                if pending_count >= batch_records:
-                    _apply(engine, _pairs(pending), next_offset, store, partition)
-                    restored += pending_count
-                    listen.on_batch_restored(store, partition, next_offset - 1, pending_count)
+                if header.base_offset < start_offset or header.last_offset >= end_offset:
+                    count = _apply_range(batch, data, path, start_offset, end_offset)
+                else:  # the common case: one pass, records straight into the WriteBatch
+                    count = apply_key_values(
+                        data, batch.put, batch.delete, path=path, position=-1, validate=False
+                    )
+                in_batch += count
+                next_offset = min(header.next_offset, end_offset)
+                if in_batch >= batch_records:
+                    _write(engine, batch, next_offset, store, partition)
+                    restored += in_batch
+                    listen.on_batch_restored(store, partition, next_offset - 1, in_batch)
                     if progress is not None:
                         progress(
                             RestoreProgress(
@@ -272,16 +273,21 @@ def replay(
                                 records_restored=restored,
                             )
                         )
-                    pending = []
-                    pending_count = 0
+                    batch = engine.new_write_batch()
+                    in_batch = 0
                 if next_offset >= end_offset:
                     break
     except ChangelogError as exc:
         raise RestoreError(store, partition, next_offset, str(exc)) from exc
-    _apply(engine, _pairs(pending), end_offset, store, partition)
-    if pending_count:
-        restored += pending_count
-        listen.on_batch_restored(store, partition, next_offset - 1, pending_count)
+    except (KeyError, TypeError) as exc:  # a record without a key (not written by a store)
+        # rocksdict's raw-mode WriteBatch raises KeyError for a None key.
+        raise RestoreError(
+            store, partition, next_offset, f"changelog record without a key: {exc}"
+        ) from exc
+    _write(engine, batch, end_offset, store, partition)
+    if in_batch:
+        restored += in_batch
+        listen.on_batch_restored(store, partition, next_offset - 1, in_batch)
     if progress is not None:
         progress(
             RestoreProgress(
@@ -299,47 +305,37 @@ def replay(
     return restored
 
 
-_KEY_VALUE: Final = itemgetter(1, 2)  # of an (offset, key, value) entry
+def _apply_range(batch: Any, data: bytes, path: Path | str, start: int, end: int) -> int:
+    """Put/delete the records of ``data`` with ``start <= offset < end`` (a batch on a bound)."""
+    count = 0
+    for offset, key, value in decode_key_values(data, path=path, position=-1, validate=False):
+        if start <= offset < end:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+            count += 1
+    return count
 
 
-def _pairs(
-    batches: list[list[tuple[int, bytes | None, bytes | None]]],
-) -> Iterator[tuple[bytes, bytes | None]]:
-    """``(key, value)`` of every entry, lazily and without a Python-level loop."""
-    return map(_KEY_VALUE, itertools.chain.from_iterable(batches))
-
-
-def _apply(
-    engine: RocksDBEngine,
-    pairs: Iterable[tuple[bytes, bytes | None]],
-    applied_offset: int,
-    store: str,
-    partition: int,
+def _write(
+    engine: RocksDBEngine, batch: Any, applied_offset: int, store: str, partition: int
 ) -> None:
     try:
-        engine.write(pairs, applied_offset)
-    except (KeyError, TypeError) as exc:  # a record without a key (not written by a store)
-        # rocksdict's raw-mode WriteBatch raises KeyError for a None key.
-        raise RestoreError(
-            store, partition, applied_offset, f"changelog record without a key: {exc}"
-        ) from exc
+        engine.write_batch(batch, applied_offset)
     except StoreEngineError as exc:
         raise RestoreError(store, partition, applied_offset, str(exc)) from exc
 
 
-def read_key_value_batches(log: Log) -> KeyValueBatches:
-    """``read(start)`` over ``log``: ``(offset, key, value)`` lists, one per data batch, values as bytes."""
+def read_data_batches(log: Log) -> DataBatches:
+    """``read(start)`` over ``log``: ``(header, batch bytes)`` of every batch from ``start`` on.
 
-    def read(start_offset: int) -> Iterator[list[tuple[int, bytes | None, bytes | None]]]:
-        for header, data in log.read_batches(start_offset):
-            if header.is_control:
-                continue
-            # read_batches has CRC-checked the batch; it does not say where the batch
-            # sits in its file, so errors name the partition directory (position -1).
-            entries = decode_key_values(data, path=log.dir, position=-1, validate=False)
-            if header.base_offset < start_offset:
-                entries = [entry for entry in entries if entry[0] >= start_offset]
-            yield entries
+    CRC-checked by the log; the first batch may start before ``start`` (replay
+    skips its earlier records).
+    """
+
+    def read(start_offset: int) -> Iterator[tuple[BatchHeader, bytes]]:
+        return log.read_batches(start_offset)
 
     return read
 
@@ -412,8 +408,9 @@ def restore_into(
     if plan.hold_cleaning_barrier:
         log.cleaning_barrier_offset = plan.start_offset
     restored = replay(
-        read_key_value_batches(log),
+        read_data_batches(log),
         engine,
+        path=log.dir,
         store=store,
         partition=partition,
         start_offset=plan.start_offset,
