@@ -643,9 +643,10 @@ def apply_key_values(
     (the compiled reader's records go straight to the callables).  Returns the
     number of records.  Keys are passed as they are (``None`` for a record without
     a key: the callee decides).  Framing errors raise :class:`CorruptRecordError`;
-    records before the error may already have been handed over.
+    records before the error may already have been handed over.  A compressed
+    batch is decompressed first, as :func:`decode_key_values` does.
     """
-    header = checked_batch(batch, path, position, validate)
+    header, batch = _plain(batch, path, position, validate)
     if _FAST is None:
         entries = decode_key_values(batch, path=path, position=position, validate=False)
         for _offset, key, value in entries:

@@ -9,6 +9,7 @@ import pytest
 from changelog.errors import CorruptRecordError
 from changelog.record import batch as rb
 from changelog.record.batch import apply_key_values, decode_key_values, encode_batch
+from changelog.record.compression import GZIP, ZSTD, Compression
 
 PATH = Path("/data/topic-0/00000000000000000000.log")
 TS = 1_700_000_000_000
@@ -45,6 +46,14 @@ def test_hands_every_record_to_put_or_delete_in_order() -> None:
     assert calls == _expected()
     assert count == len(PAIRS)
     assert [(k, v) for _o, k, v in decode_key_values(batch, path=PATH, position=0)] == PAIRS
+
+
+@pytest.mark.parametrize("codec", [GZIP, ZSTD])
+def test_a_compressed_batch_is_decompressed_first(codec: int) -> None:
+    batch = encode_batch(7, PAIRS, timestamp_ms=TS, compression=Compression(codec=codec))
+    calls, count = _calls(batch)
+    assert calls == _expected()
+    assert count == len(PAIRS)
 
 
 def test_same_calls_without_the_compiled_codec(monkeypatch: pytest.MonkeyPatch) -> None:
