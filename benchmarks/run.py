@@ -41,6 +41,7 @@ SCRIPTS: dict[str, str] = {
     "log": "benchmarks.log_bench",
     "cleaner": "benchmarks.cleaner_bench",
     "compactness": "benchmarks.compactness_bench",
+    "metrics": "benchmarks.metrics_bench",
 }
 """Short name -> module.  ``store`` is ours; the others belong to their modules' owners."""
 

@@ -26,3 +26,5 @@ class AppendInfo:
     """Base offset of the segment that holds it."""
     flushed: bool
     """Whether the append was fsynced before returning (the flush policy decides)."""
+    flush_time_s: float = 0.0
+    """Wall time of that fsync in seconds (0.0 when not flushed; Kafka's ``LogFlushRateAndTimeMs``)."""

@@ -157,6 +157,8 @@ class Log:
         self._failure: LogStorageError | None = None
         self.cleaning_barrier_offset: int | None = None
         """Set by the store: the cleaner must not clean at or above this offset (``None``: no limit)."""
+        self.append_observer: Callable[[AppendInfo], None] | None = None
+        """Set by the store's metrics: called with every :meth:`append`'s result (on the appending thread)."""
         self._prefix = f"[Log partition={topic}-{partition}, dir={directory}] "
         self._rp = RecoveryPoint(
             directory,
@@ -361,19 +363,27 @@ class Log:
             segment.append(batch, largest_offset=last, largest_timestamp_ms=stamp)
             self._log_end_offset = last + 1
             flushed = False
+            flush_time_s = 0.0
             if self._rp.appended(count):
+                started = time.perf_counter()
                 with self._fatal_on_storage_error():
                     segment.flush_log()  # A2
+                flush_time_s = time.perf_counter() - started
                 self._rp.flushed(self._log_end_offset)
                 flushed = True
-            return AppendInfo(
+            info = AppendInfo(
                 first_offset=first,
                 last_offset=last,
                 timestamp_ms=stamp,
                 size_bytes=size,
                 segment_base_offset=segment.base_offset,
                 flushed=flushed,
+                flush_time_s=flush_time_s,
             )
+        observer = self.append_observer
+        if observer is not None:
+            observer(info)
+        return info
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""

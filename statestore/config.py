@@ -20,6 +20,7 @@ from statestore.errors import InvalidStoreConfigError
 __all__ = [
     "STORE_LOG_CONFIG",
     "Compression",
+    "RecordingLevel",
     "RestoreMode",
     "RocksDBConfig",
     "StateManagerConfig",
@@ -44,10 +45,12 @@ Measured by ``python -m benchmarks.compactness_bench`` (docs/performance.md).
 """
 
 RestoreMode = Literal["full", "incremental"]
+RecordingLevel = Literal["OFF", "INFO", "DEBUG"]
 Compression = Literal["none", "snappy", "lz4", "zstd"]
 
 _RESTORE_MODES: Final = frozenset({"full", "incremental"})
 _COMPRESSIONS: Final = frozenset({"none", "snappy", "lz4", "zstd"})
+_RECORDING_LEVELS: Final = frozenset({"OFF", "INFO", "DEBUG"})
 
 
 def _at_least(minimum: int) -> Any:
@@ -154,3 +157,10 @@ class StateManagerConfig:
         factory=CleanerConfig, validator=_instance_of(CleanerConfig)
     )
     """The log cleaner's settings."""
+
+    metrics_recording_level: RecordingLevel = attrs.field(
+        default="INFO", validator=_one_of(_RECORDING_LEVELS)
+    )
+    """Which metrics are recorded (Kafka's ``metrics.recording.level``): ``INFO`` the
+    counters, commit histograms and gauges; ``DEBUG`` also the per-get latency;
+    ``OFF`` none (the stores are built without their metered layer)."""

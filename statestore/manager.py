@@ -50,6 +50,9 @@ from statestore.errors import (
     StateDirLockedError,
     StateStoreError,
 )
+from statestore.metrics.cleaner import register_cleaner_metrics
+from statestore.metrics.registry import MetricsRegistry
+from statestore.metrics.snapshot import nest_samples
 from statestore.serdes import MsgpackSerde, Serde, StringSerde, serde_for_type
 from statestore.stores.builder import build_store
 from statestore.stores.engine import new_block_cache
@@ -121,6 +124,11 @@ class StateManager:
         self._cleaner: CleanerService | None = None
         if self._config.run_cleaner:
             self._cleaner = CleanerService(self._all_logs, self._config.cleaner, clock)
+        level = self._config.metrics_recording_level
+        self._metrics = None if level == "OFF" else MetricsRegistry(level=level)
+        if self._metrics is not None and self._cleaner is not None:
+            register_cleaner_metrics(self._metrics, self._cleaner, self._all_logs)
+        if self._cleaner is not None:
             self._cleaner.start()
         self._state = StoreState.OPEN
         logger.info("%s opened", self._label)
@@ -147,6 +155,21 @@ class StateManager:
     def cleaner(self) -> CleanerService | None:
         """The background cleaner (``None`` when ``run_cleaner`` is off)."""
         return self._cleaner
+
+    @property
+    def metrics_registry(self) -> MetricsRegistry | None:
+        """The registry of every metric (``None`` when ``metrics_recording_level`` is ``OFF``)."""
+        return self._metrics
+
+    def metrics(self) -> dict[str, Any]:
+        """A plain snapshot of every metric (see :mod:`statestore.metrics.snapshot`, docs/metrics.md).
+
+        ``{"stores": {name: {partition: {metric: value}}}, "cleaner": {metric: value}}``;
+        both are empty when metrics are off.  Safe to call from any thread.
+        """
+        if self._metrics is None:
+            return {"stores": {}, "cleaner": {}}
+        return nest_samples(self._metrics.samples())
 
     def restore_results(self, name: str) -> list[RestoreResult]:
         """What the restore of each partition of store ``name`` did when it was opened."""
@@ -210,6 +233,8 @@ class StateManager:
                     "%s reopening store %r (it was %s)", self._label, name, existing.state.value
                 )
                 del self._stores[name]
+                if self._metrics is not None:
+                    self._metrics.remove({"store": name})
                 existing.close(flush=False)
                 existing = None
             if existing is not None:
@@ -225,6 +250,7 @@ class StateManager:
                 clock=self._clock,
                 listener=restore_listener,
                 progress=progress,
+                metrics=self._metrics,
             )
             self._stores[name] = store
             self._specs[name] = spec

@@ -82,3 +82,20 @@ def test_compactness_bench_store_defaults_keep_a_long_running_store_compact(
     (row,) = payload["results"]
     assert row["status"] == "PASS", row
     assert row["baseline_value"] == 50  # Kafka defaults: every update replayed (50 per key)
+
+
+def test_metrics_bench_runs_and_reports_its_target() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.metrics_bench", "--records", "2000", "--reps", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = _last_json_line(proc.stdout)
+    assert payload is not None
+    rows = {row["name"]: row for row in payload["results"]}
+    assert rows["put, commit/1,000, fsync, metrics INFO"]["target"] == "ratio>= 0.97"
+    assert {row["baseline_name"] for row in rows.values()} == {"metrics OFF"}

@@ -321,6 +321,14 @@ class CleanerManager:
         self._uncleanable: dict[Path, _Failure] = {}
         self._retry_backoff_ms = retry_backoff_ms
         self._retry_backoff_max_ms = retry_backoff_max_ms
+        self._uncleanable: dict[Path, str] = {}
+        # Kafka's PreCleanStats of the last grab_filthiest_log, read by metrics (any thread).
+        self.dirtiest_log_cleanable_ratio = 0.0
+        """Highest dirty ratio among the logs measured by the last :meth:`grab_filthiest_log`."""
+        self.max_compaction_delay_ms = 0
+        """Largest ``max_compaction_delay_ms`` among those logs (0: none overdue)."""
+        self.time_of_last_run_ms: int | None = None
+        """``now_ms`` of the last :meth:`grab_filthiest_log` (``None``: never ran)."""
 
     @staticmethod
     def _key(log: CleanableLog) -> Path:
@@ -335,7 +343,9 @@ class CleanerManager:
         A log whose measurement fails is marked uncleanable and skipped.
         """
         with self._lock:
+            self.time_of_last_run_ms = now_ms
             candidates: list[LogToClean] = []
+            dirtiest, max_delay = 0.0, 0
             for log in logs:
                 key = self._key(log)
                 if not log.config.compact or key in self._in_progress or key in self._paused:
@@ -349,8 +359,12 @@ class CleanerManager:
                     self._record_failure(key, f"{type(exc).__name__}: {exc}", now_ms)
                     _log.error("%s marked uncleanable while measuring: %s", _prefix(log), exc)
                     continue
+                if measured.total_bytes > 0:
+                    dirtiest = max(dirtiest, measured.dirty_ratio)
+                    max_delay = max(max_delay, measured.max_compaction_delay_ms)
                 if measured.due_reason is not None:
                     candidates.append(measured)
+            self.dirtiest_log_cleanable_ratio, self.max_compaction_delay_ms = dirtiest, max_delay
             if not candidates:
                 return None
             chosen = max(candidates, key=lambda c: (c.dirty_ratio, c.max_compaction_delay_ms))

@@ -47,9 +47,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
+
 from changelog.cleaner.clean import CleanerStats, clean, map_memory_bytes
 from changelog.cleaner.manager import CleanerManager
 from changelog.cleaner.offset_map import OffsetMap
+from changelog.cleaner.stats import CleanerTotals
 from changelog.cleaner.throttle import Throttler
 from changelog.cleaner.worker import WORKER_NICENESS, clean_in_process
 from changelog.config import CleanerConfig
@@ -88,7 +91,7 @@ class CleanerService:
     set); a log in ``_aborting`` is paused in the manager until :meth:`resume`.
 
     Thread-safety: thread-safe.  ``_lock`` guards ``_threads``, ``_state``,
-    ``_aborting`` and ``_history``; the :class:`CleanerManager` has its own lock.
+    ``_aborting``, ``_history``, ``_totals`` and ``_last_stats``; the :class:`CleanerManager` has its own lock.
     """
 
     def __init__(
@@ -114,6 +117,8 @@ class CleanerService:
         self._state = "created"
         self._aborting: set[Path] = set()
         self._history: list[CleanerStats] = []
+        self._totals = CleanerTotals()
+        self._last_stats: dict[str, CleanerStats] = {}
         self._last_retention_ms: int | None = None
 
     # ----------------------------------------------------------------- inputs
@@ -131,6 +136,25 @@ class CleanerService:
         """Stats of the passes completed so far (oldest first)."""
         with self._lock:
             return list(self._history)
+
+    @property
+    def totals(self) -> CleanerTotals:
+        """Sums over every pass completed since the service was created (a copy)."""
+        with self._lock:
+            return attrs.evolve(self._totals)
+
+    def last_stats(self) -> list[CleanerStats]:
+        """The last completed pass of each thread that ran passes (Kafka's ``cleaner.lastStats``)."""
+        with self._lock:
+            return list(self._last_stats.values())
+
+    @property
+    def dead_thread_count(self) -> int:
+        """Cleaner threads that died while the service runs (Kafka's ``DeadThreadCount``)."""
+        with self._lock:
+            if self._state != "started":
+                return 0
+            return sum(1 for thread in self._threads if not thread.is_alive())
 
     # ----------------------------------------------------------------- one step, no threads
 
@@ -189,6 +213,8 @@ class CleanerService:
         with self._lock:
             self._history.append(stats)
             del self._history[:-1000]
+            self._totals.add(stats, self.now_ms())
+            self._last_stats[threading.current_thread().name] = stats
         return stats
 
     def check_retention(self, now_ms: int | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["CleanerStats"]
+__all__ = ["CleanerStats", "CleanerTotals"]
 
 
 @attrs.define(kw_only=True)
@@ -92,3 +92,32 @@ class CleanerStats:
             f"{self.segments_rewritten} segments rewritten, {self.segments_untouched} untouched, "
             f"{self.tombstones_removed} tombstones removed"
         )
+
+
+@attrs.define(kw_only=True)
+class CleanerTotals:
+    """Sums over the passes of a :class:`~changelog.cleaner.service.CleanerService` (for metrics).
+
+    ``bytes_read`` counts both phases (offset map and recopy), like the
+    summary's "MB of log processed".  Thread-safety: the service updates it
+    under its lock and hands out copies.
+    """
+
+    passes: int = 0
+    records_read: int = 0
+    bytes_read: int = 0
+    records_written: int = 0
+    bytes_written: int = 0
+    tombstones_removed: int = 0
+    last_pass_ms: int | None = None
+    """The service clock when the last pass completed (``None``: no pass yet)."""
+
+    def add(self, stats: CleanerStats, now_ms: int) -> None:
+        """Count one completed pass."""
+        self.passes += 1
+        self.records_read += stats.records_read
+        self.bytes_read += stats.bytes_read + stats.map_bytes_read
+        self.records_written += stats.records_written
+        self.bytes_written += stats.bytes_written
+        self.tombstones_removed += stats.tombstones_removed
+        self.last_pass_ms = now_ms

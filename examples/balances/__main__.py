@@ -2,6 +2,7 @@
 
     python -m examples.balances --state-dir state/ --input txns.jsonl
     python -m examples.balances --state-dir state/ < txns.jsonl
+    python -m examples.balances --state-dir state/ --metrics-port 9108 < txns.jsonl
 
 Run it again on the same state directory and input after a crash (or a
 ``kill -9``): it resumes after the last committed transaction.
@@ -48,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--events", action="store_true", help="report progress as JSON lines on stdout"
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics while running (0: any free port)",
+    )
     parser.add_argument("--show", action="store_true", help="print the balances after processing")
     return parser
 
@@ -72,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             commit_every=args.commit_every,
             events=args.events,
             segment_bytes=args.segment_bytes,
+            metrics_port=args.metrics_port,
         )
     except InputError as exc:
         print(f"{PROG}: error: {exc} (everything before it is committed)", file=sys.stderr)

@@ -213,12 +213,16 @@ def run(
     commit_every: int = 500,
     events: bool = False,
     segment_bytes: int = SEGMENT_BYTES,
+    metrics_port: int | None = None,
 ) -> RunSummary:
     """Open the state, restore it, process the input and close cleanly (the entry point's body).
 
     With ``events`` every step is reported on stdout as one JSON line:
     ``restored`` (position, accounts, seconds), ``commit`` (position) after
-    each durable commit, and ``done``.
+    each durable commit, and ``done``.  With ``metrics_port`` the manager's
+    metrics are served in Prometheus' text format at
+    ``http://127.0.0.1:<port>/metrics`` while the input is processed (0: a
+    free port, reported by a ``metrics`` event; extra ``statestore[prometheus]``).
     """
     from statestore import StateManager, StateManagerConfig  # noqa: PLC0415 - fast --help
 
@@ -245,6 +249,15 @@ def run(
             pid=os.getpid(),
         )
 
+        metrics_server = None if metrics_port is None else _serve_metrics(manager, metrics_port)
+        if metrics_server is not None:
+            _emit(events, "metrics", port=metrics_server.server_port)
+            if not events:
+                print(
+                    f"metrics on http://127.0.0.1:{metrics_server.server_port}/metrics",
+                    file=sys.stderr,
+                )
+
         def on_commit(position: Position) -> None:
             _emit(events, "commit", line=position.line, offset=position.offset)
 
@@ -269,6 +282,9 @@ def run(
                     on_commit=on_commit,
                     stop=lambda: flag.stopped,
                 )
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
     _emit(
         events,
         "done",
@@ -280,6 +296,18 @@ def run(
         seconds=round(time.perf_counter() - started, 4),
     )
     return summary
+
+
+def _serve_metrics(manager: Any, port: int) -> Any:
+    """Serve ``manager``'s metrics on ``127.0.0.1:port`` (a daemon thread); returns the server."""
+    from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415 - extra
+
+    from statestore.metrics.prometheus import StateStoreCollector  # noqa: PLC0415
+
+    registry = CollectorRegistry()
+    registry.register(StateStoreCollector(manager))
+    server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    return server
 
 
 def _count_keys(store: Any) -> int:

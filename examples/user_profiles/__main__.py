@@ -3,6 +3,7 @@
     python -m examples.user_profiles --state-dir state/ --port 8080
     curl -s -XPOST localhost:8080/users -d '{"id": "alice", "name": "Alice"}'
     curl -s localhost:8080/users/alice
+    curl -s localhost:8080/metrics      # Prometheus text (extra statestore[prometheus])
 
 Prints ``listening on http://127.0.0.1:PORT`` once it accepts requests
 (``--port 0`` picks a free port).  SIGTERM or Ctrl-C stops it cleanly; a
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
-from examples.user_profiles.api import HOST, configure_logging, make_server
+from examples.user_profiles.api import HOST, configure_logging, make_server, prometheus_metrics
 from examples.user_profiles.service import STORE_NAME, Profile, ProfileService
 
 __all__ = ["main"]
@@ -55,7 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             store = manager.store(STORE_NAME, value_type=Profile)
             restore_s = time.perf_counter() - started
             try:
-                server = make_server(ProfileService(store), args.port)
+                server = make_server(
+                    ProfileService(store), args.port, metrics=prometheus_metrics(manager)
+                )
             except OSError as exc:
                 print(
                     f"{PROG}: error: cannot listen on {HOST}:{args.port}: {exc.strerror}",

@@ -4,6 +4,7 @@
 method     path                   body                                        success
 =========  =====================  ==========================================  ===============
 GET        /health                                                            200
+GET        /metrics               (Prometheus text format)                    200, 404 without the extra
 GET        /users                 (query: ``prefix``, ``after``, ``limit``)   200 ``{"users": [...], "next": id|null}``
 POST       /users                 ``{"id": "alice", "name": "Alice", ...}``   201 profile
 GET        /users/{id}                                                        200 profile
@@ -19,6 +20,10 @@ field), 404, 405, 409 (create of an existing id), 413 (body over 64 KiB),
 not acknowledged) or 500.  A 2xx answer to a mutating request is sent only after the change was
 committed: acknowledged means durable.
 
+``/metrics`` is the state manager's metrics in Prometheus' text format
+(:class:`statestore.metrics.prometheus.StateStoreCollector`, extra
+``statestore[prometheus]``); without the extra it answers 404.
+
 The server binds 127.0.0.1 only.  Requests are served by threads
 (:class:`~http.server.ThreadingHTTPServer`); the service serializes them.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
@@ -41,7 +47,7 @@ from examples.user_profiles.service import (
 )
 from statestore import StateStoreError
 
-__all__ = ["HOST", "MAX_BODY_BYTES", "ProfileServer", "make_server"]
+__all__ = ["HOST", "MAX_BODY_BYTES", "ProfileServer", "make_server", "prometheus_metrics"]
 
 HOST: Final = "127.0.0.1"
 MAX_BODY_BYTES: Final = 64 * 1024
@@ -62,9 +68,18 @@ class ProfileServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, port: int, service: ProfileService) -> None:
-        """Bind ``127.0.0.1:port`` (0: any free port; read it back from :attr:`port`)."""
+    def __init__(
+        self,
+        port: int,
+        service: ProfileService,
+        metrics: Callable[[], tuple[bytes, str]] | None = None,
+    ) -> None:
+        """Bind ``127.0.0.1:port`` (0: any free port; read it back from :attr:`port`).
+
+        ``metrics()`` returns the ``/metrics`` body and its content type (``None``: 404).
+        """
         self.service = service
+        self.metrics = metrics
         super().__init__((HOST, port), _Handler)
 
     @property
@@ -73,9 +88,30 @@ class ProfileServer(ThreadingHTTPServer):
         return int(self.server_address[1])
 
 
-def make_server(service: ProfileService, port: int = 0) -> ProfileServer:
+def make_server(
+    service: ProfileService,
+    port: int = 0,
+    metrics: Callable[[], tuple[bytes, str]] | None = None,
+) -> ProfileServer:
     """A server for ``service`` on ``127.0.0.1:port``; call ``serve_forever()`` on it."""
-    return ProfileServer(port, service)
+    return ProfileServer(port, service, metrics)
+
+
+def prometheus_metrics(manager: Any) -> Callable[[], tuple[bytes, str]] | None:
+    """``/metrics`` for ``manager`` through ``prometheus_client`` (``None`` if it is not installed)."""
+    try:
+        from prometheus_client import (  # noqa: PLC0415 - optional extra
+            CONTENT_TYPE_LATEST,
+            CollectorRegistry,
+            generate_latest,
+        )
+
+        from statestore.metrics.prometheus import StateStoreCollector  # noqa: PLC0415
+    except ImportError:
+        return None
+    registry = CollectorRegistry()
+    registry.register(StateStoreCollector(manager))
+    return lambda: (generate_latest(registry), CONTENT_TYPE_LATEST)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -137,8 +173,24 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body, allow)
 
     def do_GET(self) -> None:
-        """GET /health, /users, /users/{id}."""
+        """GET /health, /metrics, /users, /users/{id}."""
+        if urlsplit(self.path).path == "/metrics":
+            self._metrics()
+            return
         self._dispatch("GET")
+
+    def _metrics(self) -> None:
+        if self.server.metrics is None:
+            self._send(
+                HTTPStatus.NOT_FOUND, {"error": "metrics need the statestore[prometheus] extra"}
+            )
+            return
+        body, content_type = self.server.metrics()
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def do_POST(self) -> None:
         """POST /users."""

@@ -9,7 +9,10 @@ For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
 3. wrap log and engine in a :class:`~statestore.stores.change_logging.ChangeLoggingStore`,
    which owns both from here on, and restore it (``created -> restoring -> open``);
 4. wrap that in a :class:`~statestore.stores.buffer.WriteBuffer` (the
-   writes of the current commit).
+   writes of the current commit);
+5. with metrics on, wrap that in a :class:`~statestore.metrics.metered.MeteredStore`
+   (Kafka Streams' ``MeteredKeyValueStore``), whose metrics were registered
+   before step 3's restore so that they record it.
 
 Then route over the partitions with a
 :class:`~statestore.stores.partitioned.PartitionedStore` when there are
@@ -33,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from changelog import Log
+from statestore.metrics.metered import MeteredStore, PartitionMetrics
+from statestore.metrics.registry import MetricsRegistry
 from statestore.stores.buffer import WriteBuffer
 from statestore.stores.bytes_store import BytesStore
 from statestore.stores.change_logging import ChangeLoggingStore
@@ -55,30 +60,55 @@ def build_store(
     clock: Callable[[], int] | None,
     listener: StateRestoreListener | None = None,
     progress: ProgressHook | None = None,
+    metrics: MetricsRegistry | None = None,
 ) -> tuple[KeyValueStore[Any, Any], list[RestoreResult]]:
     """Open, restore and wrap every partition of ``spec``; the store is returned open.
 
     ``cache`` is the manager's shared RocksDB block cache (``None``: none),
     ``clock`` stamps changelog records (milliseconds; ``None``: wall clock).
+    With ``metrics``, each partition's metrics are registered before its
+    restore and a :class:`~statestore.metrics.metered.MeteredStore` goes on
+    its write buffer (step 5); on a failure they are unregistered again.
     """
     buffers: list[WriteBuffer] = []
+    layers: list[BytesStore] = []
     results: list[RestoreResult] = []
     try:
         for partition in range(spec.partitions):
             part = _open_partition(spec, partition, state_dir=state_dir, cache=cache, clock=clock)
-            buffers.append(WriteBuffer(part))
-            results.append(
-                part.restore(
-                    batch_records=spec.config.restore_batch_records,
-                    listener=listener,
-                    progress=progress,
+            buffer = WriteBuffer(part)
+            buffers.append(buffer)
+            meter = (
+                None
+                if metrics is None
+                else PartitionMetrics(
+                    metrics,
+                    store=spec.name,
+                    partition=partition,
+                    log=part.changelog,
+                    now_ms=part.changelog.clock,
                 )
             )
+            result = part.restore(
+                batch_records=spec.config.restore_batch_records,
+                listener=listener,
+                progress=progress if meter is None else meter.restore_progress(progress),
+            )
+            results.append(result)
+            if meter is None:
+                layers.append(buffer)
+            else:
+                meter.restore_finished(result)
+                meter.attach_engine(part.engine)
+                part.changelog.append_observer = meter.on_append
+                layers.append(MeteredStore(buffer, meter))
     except BaseException:
+        if metrics is not None:
+            metrics.remove({"store": spec.name})
         for buffer in buffers:
             _quietly(buffer.close)
         raise
-    inner: BytesStore = buffers[0] if spec.partitions == 1 else PartitionedStore(buffers)
+    inner: BytesStore = layers[0] if spec.partitions == 1 else PartitionedStore(layers)
     store: KeyValueStore[Any, Any] = KeyValueStore(
         name=spec.name,
         inner=inner,

@@ -29,7 +29,7 @@ from operator import itemgetter
 
 from changelog import Log
 from statestore.partitioner import murmur2
-from statestore.stores.buffer import WriteBuffer
+from statestore.stores.bytes_store import BytesStore
 
 __all__ = ["PartitionedStore"]
 
@@ -37,12 +37,12 @@ _KEY = itemgetter(0)
 
 
 class PartitionedStore:
-    """N :class:`WriteBuffer` s (owned) behind the :class:`~statestore.stores.bytes_store.BytesStore` protocol.
+    """N partitions (owned: write buffers, metered or not) behind the :class:`~statestore.stores.bytes_store.BytesStore` protocol.
 
     Thread-safety and invariants: see the module docstring.
     """
 
-    def __init__(self, partitions: Sequence[WriteBuffer]) -> None:
+    def __init__(self, partitions: Sequence[BytesStore]) -> None:
         """Route over ``partitions`` (indexed by partition number); closing this closes them."""
         self._partitions = tuple(partitions)
         self._count = len(partitions)
@@ -50,11 +50,11 @@ class PartitionedStore:
         """Buffer a put in the key's partition."""
 
     @property
-    def partitions(self) -> tuple[WriteBuffer, ...]:
+    def partitions(self) -> tuple[BytesStore, ...]:
         """The partitions, by number."""
         return self._partitions
 
-    def partition_of(self, key: bytes) -> WriteBuffer:
+    def partition_of(self, key: bytes) -> BytesStore:
         """The partition that owns the serialized ``key``."""
         return self._partitions[(murmur2(key) & 0x7FFFFFFF) % self._count]
 

@@ -22,9 +22,11 @@ def changelog_entries(log: Any) -> list[tuple[bytes | None, bytes | None]]:
 def engine_of(store: Any, partition: int = 0) -> Any:
     """The RocksDB engine under ``partition`` of an open typed store (for fault injection).
 
-    Walks the stack the builder made (typed -> [partitioned] -> buffer ->
+    Walks the stack the builder made (typed -> [partitioned] -> [metered] -> buffer ->
     change logging -> engine); tests only.
     """
     inner = store._inner
-    buffer = inner.partitions[partition] if hasattr(inner, "partitions") else inner
-    return buffer.inner.engine
+    layer = inner.partitions[partition] if hasattr(inner, "partitions") else inner
+    while not hasattr(layer, "engine"):  # metered (when metrics are on) -> buffer -> change logging
+        layer = layer.inner
+    return layer.engine

@@ -1,0 +1,41 @@
+"""Metrics of stores, changelogs and the cleaner, with Kafka's names and groups where Kafka has them.
+
+:class:`MetricsRegistry` holds them (one per state manager);
+:mod:`~statestore.metrics.definitions` is the catalog docs/metrics.md is held
+equal to; :class:`~statestore.metrics.metered.MeteredStore` records a
+store partition's operations; :func:`register_cleaner_metrics` reads the
+cleaner.  ``StateManager.metrics()`` returns :func:`nest_samples` of the
+registry; :mod:`statestore.metrics.prometheus` (extra ``statestore[prometheus]``)
+exposes the same samples to Prometheus.
+"""
+
+from __future__ import annotations
+
+from statestore.metrics.cleaner import register_cleaner_metrics
+from statestore.metrics.definitions import ALL_METRICS, by_name
+from statestore.metrics.metered import MeteredStore, PartitionMetrics, partition_tags
+from statestore.metrics.registry import (
+    Counter,
+    Gauge,
+    Histogram,
+    MetricDefinition,
+    MetricsRegistry,
+    Sample,
+)
+from statestore.metrics.snapshot import nest_samples
+
+__all__ = [
+    "ALL_METRICS",
+    "Counter",
+    "Gauge",
+    "Histogram",
+    "MeteredStore",
+    "MetricDefinition",
+    "MetricsRegistry",
+    "PartitionMetrics",
+    "Sample",
+    "by_name",
+    "nest_samples",
+    "partition_tags",
+    "register_cleaner_metrics",
+]
