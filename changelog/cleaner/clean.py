@@ -111,6 +111,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_summary_log = logging.getLogger(f"{__package__}.summary")
+"""``changelog.cleaner.summary``: one INFO record per pass, Kafka's ``log-cleaner.log`` lines."""
 
 _NEVER: Final = lambda: False  # noqa: E731 - the default abort check
 _MIN_RECORD_BYTES: Final = 7  # a record's smallest framing: seven one-byte varints
@@ -486,7 +488,7 @@ def commit(
     write_cleaner_checkpoint(log, stats.end_offset)
     record_pending_delete_horizon(log, stats.pending_delete_horizon_ms)
     stats.duration_s = time.monotonic() - started
-    _log.info("%s %s", _prefix(log), stats.summary())
+    _summary_log.info("%s %s", _prefix(log), stats.summary())
     return stats
 
 

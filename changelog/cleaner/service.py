@@ -311,7 +311,9 @@ class CleanerService:
                     return
                 raise
             except Exception:  # noqa: BLE001 - a worker must survive to clean other logs
-                _log.exception("log cleaner worker: unexpected error; backing off")
+                _log.exception(
+                    "[%s] unexpected error; backing off", threading.current_thread().name
+                )
                 stats = None
             if stats is None:
                 self._stop.wait(backoff_s)

@@ -428,7 +428,7 @@ def test_stats_and_summary_line(tmp_path: Path, clock: Clock, caplog: Any) -> No
     with open_log(tmp_path, clock) as log:
         append_each(log, [(b"k%d" % (i % 10), b"x" * 100) for i in range(100)])
         log.roll()
-        with caplog.at_level(logging.INFO, logger="changelog.cleaner.clean"):
+        with caplog.at_level(logging.INFO, logger="changelog.cleaner.summary"):
             stats = clean_log(log, force=True)
         assert stats is not None
         assert stats.records_read == 100 and stats.records_kept == 10
