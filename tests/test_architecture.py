@@ -51,6 +51,7 @@ LAYERS: dict[str, int] = {
     "statestore.stores.buffer": 15,
     "statestore.stores.partitioned": 16,
     "statestore.stores.typed": 16,
+    "statestore.metrics": 16,
     "statestore.stores.builder": 17,
     "statestore.manager": 18,
     "statestore.cli": 19,
