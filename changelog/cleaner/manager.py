@@ -321,7 +321,6 @@ class CleanerManager:
         self._uncleanable: dict[Path, _Failure] = {}
         self._retry_backoff_ms = retry_backoff_ms
         self._retry_backoff_max_ms = retry_backoff_max_ms
-        self._uncleanable: dict[Path, str] = {}
         # Kafka's PreCleanStats of the last grab_filthiest_log, read by metrics (any thread).
         self.dirtiest_log_cleanable_ratio = 0.0
         """Highest dirty ratio among the logs measured by the last :meth:`grab_filthiest_log`."""
