@@ -94,7 +94,7 @@ def test_tombstones_removed_and_uncleanable_logs(tmp_path: Path) -> None:
     service = CleanerService(logs, CleanerConfig(), clock, worker="thread")
     registry = MetricsRegistry()
     register_cleaner_metrics(registry, service, lambda: logs)
-    service.manager.mark_uncleanable(broken, "test: an operator must look at it")
+    service.manager.mark_uncleanable(broken, "test: a failed pass", now_ms=clock.now)
     removed = 0
     while (stats := service.run_once()) is not None:
         removed += stats.tombstones_removed
