@@ -54,6 +54,7 @@ def _add_formats(parser: argparse.ArgumentParser, *, key_default: str = "str") -
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from statestore.cli import read_commands, store_commands  # noqa: PLC0415 - light --help
+    from statestore.cli import top as top_command  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -77,6 +78,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
     inspect.set_defaults(func=read_commands.cmd_inspect)
+
+    top = sub.add_parser(
+        "top",
+        help="a live view of a running state directory, refreshed every few seconds (read-only)",
+        description=(
+            "Refresh, every --interval seconds, each store partition's offsets, append rate, "
+            "segments, size, dirty ratio, first dirty offset, last cleaning and RocksDB size. "
+            "Reads files only: safe next to a running service. With --metrics-url it also "
+            "scrapes the service's /metrics for restore progress, commits and the cleaner."
+        ),
+    )
+    top.add_argument("state_dir", type=Path, metavar="STATE_DIR")
+    top.add_argument("--store", help="only this store")
+    top.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between refreshes (default 2)"
+    )
+    top.add_argument(
+        "--count", type=_non_negative, default=None, help="stop after this many refreshes"
+    )
+    top.add_argument(
+        "--metrics-url",
+        help="the service's Prometheus endpoint, e.g. http://127.0.0.1:9108/metrics",
+    )
+    top.add_argument("--json", action="store_true", help="one JSON document per refresh")
+    top.set_defaults(func=top_command.cmd_top)
 
     dump = sub.add_parser(
         "dump",

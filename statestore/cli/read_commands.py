@@ -25,10 +25,10 @@ from statestore.cli.statedir import (
 )
 from statestore.cli.verify import PartitionReport, total_log_bytes, verify_partition
 
-__all__ = ["cmd_dump", "cmd_inspect", "cmd_verify"]
+__all__ = ["cmd_dump", "cmd_inspect", "cmd_verify", "dir_size"]
 
 
-def _dir_size(path: Path) -> int | None:
+def dir_size(path: Path) -> int | None:
     """Bytes of the files under ``path`` (files vanishing meanwhile, as RocksDB's do, skipped)."""
     if not path.is_dir():
         return None
@@ -97,7 +97,7 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
                             {
                                 "partition": number,
                                 **_partition_doc(infos[directory]),
-                                "rocksdb_bytes": _dir_size(store.rocksdb_dirs[number]),
+                                "rocksdb_bytes": dir_size(store.rocksdb_dirs[number]),
                             }
                             for number, directory in enumerate(store.changelog_dirs)
                         ],
@@ -113,7 +113,7 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     for store in stores:
         for number, directory in enumerate(store.changelog_dirs):
             info = infos[directory]
-            rocksdb = _dir_size(store.rocksdb_dirs[number])
+            rocksdb = dir_size(store.rocksdb_dirs[number])
             rows.append(
                 [
                     store.name,
