@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import changelog
@@ -23,3 +25,16 @@ def test_statestore_is_ours() -> None:
 def test_py_typed_markers_ship() -> None:
     assert (ROOT / "changelog" / "py.typed").exists()
     assert (ROOT / "statestore" / "py.typed").exists()
+
+
+def test_the_local_mode_never_imports_the_kafka_client() -> None:
+    # statestore[kafka] is optional: importing and using the local stores must not need it.
+    code = (
+        "import sys, tempfile, pathlib, statestore\n"
+        "with tempfile.TemporaryDirectory() as d:\n"
+        "    with statestore.StateManager(pathlib.Path(d)) as m:\n"
+        "        s = m.store('s'); s.put('k', 1); s.commit()\n"
+        "bad = [n for n in sys.modules if n.startswith(('confluent_kafka', 'statestore.kafka'))]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

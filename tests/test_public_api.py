@@ -9,8 +9,9 @@ import pytest
 
 import changelog
 import statestore
+import statestore.kafka
 
-PACKAGES = [changelog, statestore]
+PACKAGES = [changelog, statestore, statestore.kafka]
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)

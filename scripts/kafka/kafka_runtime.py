@@ -34,6 +34,7 @@ from typing import Any, Final
 
 __all__ = [
     "BROKER_MAIN",
+    "CLUSTER_KAFKA_VERSION",
     "CONSOLE_CONSUMER",
     "CONSOLE_PRODUCER",
     "KAFKA_VERSION",
@@ -51,8 +52,15 @@ __all__ = [
 KAFKA_VERSION: Final = "3.9.2"
 """The Apache Kafka release under test; keep in step with ``scripts/kafka/pom.xml``."""
 
+CLUSTER_KAFKA_VERSION: Final = "4.4.0"
+"""The 4.x release the distributed mode is tested on (KIP-848 groups, transactions v2);
+keep in step with ``scripts/kafka/pom-4.xml``.  The file-format conformance tests stay
+on :data:`KAFKA_VERSION`."""
+
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 POM: Final = Path(__file__).resolve().with_name("pom.xml")
+POM_4: Final = Path(__file__).resolve().with_name("pom-4.xml")
+"""Kafka 4.x logs through log4j2: another logging binding, so another POM."""
 DEFAULT_CACHE_DIR: Final = REPO_ROOT / ".cache" / "kafka"
 
 NULL_MARKER: Final = "<null>"
@@ -77,6 +85,29 @@ log4j.appender.out.layout=org.apache.log4j.PatternLayout
 log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
 log4j.logger.org.apache.kafka.clients=WARN
 log4j.logger.org.apache.kafka.common.utils.AppInfoParser=WARN
+"""
+_LOG4J2_BROKER: Final = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = warn
+logger.appinfo.name = org.apache.kafka.common.utils.AppInfoParser
+logger.appinfo.level = warn
+"""
+_LOG4J2_TOOLS: Final = """\
+status = warn
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.err.ref = err
 """
 # Tools print their results on stdout: their own logging goes to stderr, warnings only.
 _LOG4J_TOOLS: Final = """\
@@ -147,7 +178,7 @@ def fetch(
             "--batch-mode",
             "--quiet",
             "--file",
-            str(POM),
+            str(POM_4 if _is_4x(version) else POM),
             f"-Dkafka.version={version}",
             "-Dmdep.includeScope=runtime",
             f"-Dmdep.outputFile={tmp}",
@@ -161,11 +192,18 @@ def fetch(
     for name, text in (
         ("log4j-broker.properties", _LOG4J_BROKER),
         ("log4j-tools.properties", _LOG4J_TOOLS),
+        ("log4j2-broker.properties", _LOG4J2_BROKER),
+        ("log4j2-tools.properties", _LOG4J2_TOOLS),
     ):
         path = home / name
         if not path.is_file() or path.read_text() != text:
             path.write_text(text)
     return KafkaDist(version=version, home=home, classpath=tuple(entries))
+
+
+def _is_4x(version: str) -> bool:
+    """Whether ``version`` is a Kafka 4.x (or later) release: log4j2, ``pom-4.xml``."""
+    return int(version.split(".", 1)[0]) >= 4
 
 
 def _run(
@@ -229,11 +267,15 @@ class KafkaDist:
         ``log4j`` picks the logging configuration: ``"tools"`` (warnings, to stderr,
         so that stdout holds only the tool's output) or ``"broker"`` (INFO, stdout).
         """
+        if _is_4x(self.version):
+            logging_opt = f"-Dlog4j2.configurationFile={self.home / f'log4j2-{log4j}.properties'}"
+        else:
+            logging_opt = f"-Dlog4j.configuration=file:{self.home / f'log4j-{log4j}.properties'}"
         return [
             "java",
             *jvm_opts,
             "-Djava.awt.headless=true",
-            f"-Dlog4j.configuration=file:{self.home / f'log4j-{log4j}.properties'}",
+            logging_opt,
             "-cp",
             os.pathsep.join(str(p) for p in self.classpath),
             main_class,
@@ -267,10 +309,14 @@ class KafkaDist:
         return self.run_tool(DUMP_LOG_SEGMENTS, args, timeout_s=timeout_s)
 
     def format_storage(self, config_file: Path, cluster_id: str, *, timeout_s: float = 120) -> None:
-        """``kafka-storage format``: write ``meta.properties`` and the bootstrap checkpoint."""
+        """``kafka-storage format``: write ``meta.properties`` and the bootstrap checkpoint.
+
+        The id is passed as ``--cluster-id=<id>``: a base64 id may begin with ``-``,
+        which the tool's argument parser would take for an option (1 start in 64).
+        """
         self.run_tool(
             STORAGE_TOOL,
-            ["format", "--cluster-id", cluster_id, "--config", str(config_file)],
+            ["format", f"--cluster-id={cluster_id}", "--config", str(config_file)],
             timeout_s=timeout_s,
         )
 

@@ -7,7 +7,9 @@ column family      contents
 =================  ===============================================================
 ``default``        the store's data: serialized key -> serialized value
 ``statestore``     metadata; key ``changelog-offset`` -> 8-byte big-endian signed
-                   int: the *next* changelog offset to apply (the applied offset)
+                   int: the *next* changelog offset to apply (the applied offset);
+                   other keys: written by the layer above in the same WriteBatch
+                   (``write(..., meta=)``), e.g. by :mod:`statestore.kafka`
 =================  ===============================================================
 
 Invariants:
@@ -43,7 +45,7 @@ import itertools
 import logging
 import shutil
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -226,12 +228,26 @@ class RocksDBEngine:
             )
         return int(_OFFSET.unpack(raw)[0])
 
-    def write(self, records: Iterable[tuple[bytes, bytes | None]], applied_offset: int) -> None:
+    def meta(self, key: bytes) -> bytes | None:
+        """A metadata entry written by ``write(..., meta=)`` (``None``: never written)."""
+        self._check_open("read metadata")
+        with _EngineErrors(self._path, "read metadata"):
+            value: bytes | None = self._meta_db.get(key)
+        return value
+
+    def write(
+        self,
+        records: Iterable[tuple[bytes, bytes | None]],
+        applied_offset: int,
+        *,
+        meta: Mapping[bytes, bytes] | None = None,
+    ) -> None:
         """Apply ``records`` (``None`` value: delete) and the applied offset in one WriteBatch.
 
-        A record whose key is not ``bytes`` raises ``KeyError`` (rocksdict's
-        raw mode) before anything is written; restore reports it as a record
-        without a key.
+        ``meta`` entries go to the metadata column family in the same WriteBatch
+        (the applied offset's own key is reserved).  A record whose key is not
+        ``bytes`` raises ``KeyError`` (rocksdict's raw mode) before anything is
+        written; restore reports it as a record without a key.
         """
         self._check_open("write")
         batch = rocksdict.WriteBatch(raw_mode=True)
@@ -242,6 +258,11 @@ class RocksDBEngine:
                 delete(key)
             else:
                 put(key, value)
+        if meta:
+            if _APPLIED_OFFSET_KEY in meta:
+                raise ValueError(f"metadata key {_APPLIED_OFFSET_KEY!r} is reserved")
+            for meta_key, meta_value in meta.items():
+                batch.put(meta_key, meta_value, self._meta)
         self.write_batch(batch, applied_offset)
 
     @staticmethod

@@ -1,0 +1,57 @@
+"""Distributed mode: the stores' changelogs on a Kafka cluster, partitions spread over processes.
+
+Needs the optional extra ``statestore[kafka]`` (confluent-kafka); the local
+mode never imports this package.  See docs/scale-out.md.
+
+* :class:`Processor` consumes input topics in a consumer group (KIP-848
+  ``range``, co-partitioned), keeps one :class:`TaskStore` per store and
+  partition, restores it from ``<application_id>-<store>-changelog`` on
+  assignment and commits changelog records, outputs and input offsets in one
+  Kafka transaction per commit (``exactly_once_v2``) or at least once.
+* :func:`ensure_changelog_topic` creates or validates a changelog topic.
+"""
+
+from __future__ import annotations
+
+from statestore.kafka.commit import CommitResult, OutputRecord
+from statestore.kafka.config import ChangelogTopicConfig, ProcessorConfig
+from statestore.kafka.errors import (
+    BrokerRestoreError,
+    ChangelogTopicMismatchError,
+    CoPartitioningError,
+    KafkaClientError,
+    KafkaStateError,
+    ProducerFencedError,
+    TransactionAbortedError,
+)
+from statestore.kafka.processor import Processor, ProcessorContext, TaskRestored
+from statestore.kafka.store import KafkaStoreSpec, TaskStore
+from statestore.kafka.topics import (
+    TopicInfo,
+    changelog_topic_name,
+    check_copartitioned,
+    ensure_changelog_topic,
+)
+
+__all__ = [
+    "BrokerRestoreError",
+    "ChangelogTopicConfig",
+    "ChangelogTopicMismatchError",
+    "CoPartitioningError",
+    "CommitResult",
+    "KafkaClientError",
+    "KafkaStateError",
+    "KafkaStoreSpec",
+    "OutputRecord",
+    "Processor",
+    "ProcessorConfig",
+    "ProcessorContext",
+    "ProducerFencedError",
+    "TaskRestored",
+    "TaskStore",
+    "TopicInfo",
+    "TransactionAbortedError",
+    "changelog_topic_name",
+    "check_copartitioned",
+    "ensure_changelog_topic",
+]

@@ -1,0 +1,164 @@
+"""Configuration of the distributed mode: changelog topics and the processor runtime.
+
+Frozen, keyword-only attrs classes, units in the names, Kafka's setting names
+in the docstrings; nonsense is rejected at construction with
+:class:`~statestore.errors.InvalidStoreConfigError`.  docs/scale-out.md lists
+every setting and the librdkafka properties the runtime sets, and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+from statestore.config import RocksDBConfig
+from statestore.errors import InvalidStoreConfigError
+
+__all__ = ["ChangelogTopicConfig", "GroupProtocol", "ProcessingGuarantee", "ProcessorConfig"]
+
+ProcessingGuarantee = Literal["exactly_once_v2", "at_least_once"]
+GroupProtocol = Literal["consumer", "classic"]
+
+_GUARANTEES: Final = frozenset({"exactly_once_v2", "at_least_once"})
+_PROTOCOLS: Final = frozenset({"consumer", "classic"})
+
+
+def _at_least(minimum: int) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidStoreConfigError(attribute.name, value, "must be an integer")
+        if value < minimum:
+            raise InvalidStoreConfigError(attribute.name, value, f"must be >= {minimum}")
+
+    return check
+
+
+def _one_of(choices: frozenset[str]) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in choices:
+            raise InvalidStoreConfigError(
+                attribute.name, value, f"must be one of {', '.join(sorted(choices))}"
+            )
+
+    return check
+
+
+def _name(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidStoreConfigError(attribute.name, value, "must be a non-empty string")
+    bad = [c for c in value if not (c.isascii() and (c.isalnum() or c in "._-"))]
+    if bad:
+        raise InvalidStoreConfigError(
+            attribute.name, value, "may hold only ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+def _topics(_instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    if not value:
+        raise InvalidStoreConfigError(attribute.name, value, "needs at least one topic")
+    for topic in value:
+        _name(_instance, attribute, topic)
+
+
+@attrs.frozen(kw_only=True)
+class ChangelogTopicConfig:
+    """Settings of the changelog topic ``<application_id>-<store>-changelog`` of every store.
+
+    The topic is created with these (``cleanup.policy=compact``) or, if it
+    exists, validated: its partition count, ``cleanup.policy`` and
+    ``delete.retention.ms`` must match, or the open is refused with
+    :class:`~statestore.kafka.ChangelogTopicMismatchError`.
+    """
+
+    delete_retention_ms: int = attrs.field(default=86_400_000, validator=_at_least(0))
+    """``delete.retention.ms``: how long the broker keeps tombstones; local state older
+    than this restores fully (the broker's cleaner has no cleaning barrier)."""
+    segment_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_at_least(14))
+    """``segment.bytes`` (only at creation; not validated)."""
+    min_cleanable_dirty_ratio: float = attrs.field(default=0.5)
+    """``min.cleanable.dirty.ratio`` (only at creation)."""
+    replication_factor: int = attrs.field(default=1, validator=_at_least(1))
+    """Replicas of each partition (at creation).  Production clusters want 3."""
+    staleness_margin_ms: int = attrs.field(default=60_000, validator=_at_least(0))
+    """Safety margin: local state older than ``delete_retention_ms - staleness_margin_ms``
+    is treated as stale (clock skew, cleaner timing)."""
+
+    @min_cleanable_dirty_ratio.validator
+    def _check_ratio(self, attribute: attrs.Attribute[float], value: float) -> None:
+        if not 0 < value <= 1:
+            raise InvalidStoreConfigError(attribute.name, value, "must be in (0, 1]")
+
+    def topic_configs(self) -> dict[str, str]:
+        """The topic settings used at creation, Kafka's names and spelling."""
+        return {
+            "cleanup.policy": "compact",
+            "delete.retention.ms": str(self.delete_retention_ms),
+            "segment.bytes": str(self.segment_bytes),
+            "min.cleanable.dirty.ratio": str(self.min_cleanable_dirty_ratio),
+        }
+
+
+@attrs.frozen(kw_only=True)
+class ProcessorConfig:
+    """The processor runtime: a consumer group over ``input_topics``, stores per partition.
+
+    Invariant: ``transaction_timeout_ms`` is larger than ``commit_interval_ms``
+    (a commit must be able to finish inside a transaction's lifetime).
+    """
+
+    application_id: str = attrs.field(validator=_name)
+    """``application.id``: the consumer group id, and the prefix of every changelog topic."""
+    bootstrap_servers: str = attrs.field(validator=attrs.validators.instance_of(str))
+    """``bootstrap.servers`` of the cluster."""
+    input_topics: tuple[str, ...] = attrs.field(converter=tuple, validator=_topics)
+    """Source topics; they must be co-partitioned (same partition count)."""
+    instance_id: str = attrs.field(validator=_name)
+    """This process's stable name: the ``transactional.id`` is ``<application_id>-<instance_id>``,
+    so a restarted process fences its own predecessor."""
+    processing_guarantee: ProcessingGuarantee = attrs.field(
+        default="exactly_once_v2", validator=_one_of(_GUARANTEES)
+    )
+    """``processing.guarantee``: Kafka transactions (KIP-447) or at-least-once."""
+    group_protocol: GroupProtocol = attrs.field(default="consumer", validator=_one_of(_PROTOCOLS))
+    """``group.protocol``: ``consumer`` (KIP-848, Kafka >= 4.0, server-side ``range``
+    assignor) or ``classic`` (eager ``range``, for 3.x clusters)."""
+    commit_interval_ms: int = attrs.field(default=1000, validator=_at_least(1))
+    """``commit.interval.ms``: how often the pending work is committed."""
+    commit_every_records: int = attrs.field(default=10_000, validator=_at_least(1))
+    """Commit early after this many processed input records."""
+    transaction_timeout_ms: int = attrs.field(default=10_000, validator=_at_least(1000))
+    """``transaction.timeout.ms``: how long a dead process's open transaction blocks
+    ``read_committed`` readers of its partitions (Kafka Streams uses 10 s under EOS)."""
+    session_timeout_ms: int = attrs.field(default=10_000, validator=_at_least(1000))
+    """``session.timeout.ms`` (classic protocol; KIP-848 takes it from the broker)."""
+    max_poll_interval_ms: int = attrs.field(default=300_000, validator=_at_least(1000))
+    """``max.poll.interval.ms``; revoke commits within a third of it."""
+    poll_records: int = attrs.field(default=500, validator=_at_least(1))
+    """Records per ``consume()`` call of the main loop."""
+    restore_batch_records: int = attrs.field(default=10_000, validator=_at_least(1))
+    """Records per RocksDB WriteBatch during restore."""
+    restore_timeout_ms: int = attrs.field(default=120_000, validator=_at_least(1))
+    """A restore that makes no progress for this long fails."""
+    changelog: ChangelogTopicConfig = attrs.field(factory=ChangelogTopicConfig)
+    """Settings of the changelog topics."""
+    rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)
+    """RocksDB options of every store partition."""
+    consumer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    """librdkafka properties for the consumers, applied last."""
+    producer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    """librdkafka properties for the producer, applied last."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.transaction_timeout_ms <= self.commit_interval_ms:
+            raise InvalidStoreConfigError(
+                "transaction_timeout_ms",
+                self.transaction_timeout_ms,
+                f"must exceed commit_interval_ms ({self.commit_interval_ms})",
+            )
+
+    @property
+    def transactional_id(self) -> str:
+        """``transactional.id`` of this process's producer."""
+        return f"{self.application_id}-{self.instance_id}"

@@ -1,0 +1,102 @@
+"""The errors :mod:`statestore.kafka` raises (distributed mode).
+
+::
+
+    StateStoreError                      (statestore.errors)
+    └── KafkaStateError                  base of distributed-mode failures
+        ├── ChangelogTopicMismatchError  an existing changelog topic has other settings
+        ├── CoPartitioningError          input topics (or a changelog) differ in partition count
+        ├── KafkaClientError             a broker or client call failed (``kafka_error`` kept)
+        │   ├── TransactionAbortedError  the transaction was aborted; buffers dropped, inputs rewound
+        │   └── ProducerFencedError      another producer took our transactional.id (or epoch)
+        └── BrokerRestoreError           a partition could not be restored from its topic
+
+Every error carries structured fields.  A confluent-kafka ``KafkaException`` is
+the ``__cause__`` of the error that wraps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from statestore.errors import StateStoreError
+
+__all__ = [
+    "BrokerRestoreError",
+    "ChangelogTopicMismatchError",
+    "CoPartitioningError",
+    "KafkaClientError",
+    "KafkaStateError",
+    "ProducerFencedError",
+    "TransactionAbortedError",
+]
+
+
+class KafkaStateError(StateStoreError):
+    """Base class of the distributed-mode errors."""
+
+
+class ChangelogTopicMismatchError(KafkaStateError):
+    """The changelog topic exists with a setting other than the store needs.
+
+    ``setting`` is the topic setting (``partitions``, ``cleanup.policy``,
+    ``delete.retention.ms``), ``expected`` what the store needs, ``actual`` what
+    the broker reports.  Nothing was changed on the broker.
+    """
+
+    def __init__(self, topic: str, setting: str, expected: object, actual: object) -> None:
+        super().__init__(
+            f"changelog topic {topic!r}: {setting} is {actual!r}, the store needs {expected!r}"
+            " (delete or fix the topic; it was left unchanged)"
+        )
+        self.topic = topic
+        self.setting = setting
+        self.expected = expected
+        self.actual = actual
+
+
+class CoPartitioningError(KafkaStateError):
+    """Topics that must be co-partitioned have different partition counts (``partitions``)."""
+
+    def __init__(self, partitions: Mapping[str, int]) -> None:
+        listed = ", ".join(f"{topic}={count}" for topic, count in sorted(partitions.items()))
+        super().__init__(f"topics are not co-partitioned (partition counts {listed})")
+        self.partitions = dict(partitions)
+
+
+class KafkaClientError(KafkaStateError):
+    """A client call failed: ``operation`` and the librdkafka error (``code`` name, ``reason``)."""
+
+    def __init__(self, operation: str, code: str, reason: str) -> None:
+        super().__init__(f"{operation} failed: {code}: {reason}")
+        self.operation = operation
+        self.code = code
+        self.reason = reason
+
+
+class TransactionAbortedError(KafkaClientError):
+    """A commit failed and its transaction was aborted.
+
+    Nothing of it is visible to ``read_committed`` readers, RocksDB was not
+    touched, the buffered writes were dropped and the inputs were rewound to
+    the last committed offsets: processing resumes from there.
+    """
+
+
+class ProducerFencedError(KafkaClientError):
+    """The transactional producer was fenced (a newer producer epoch exists) or hit a fatal error.
+
+    The process must drop its buffers, close its tasks without committing and
+    start a new producer (the runtime does so).
+    """
+
+
+class BrokerRestoreError(KafkaStateError):
+    """Restoring ``topic``-``partition`` stopped at ``offset``: ``reason``."""
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(f"restore of {topic}-{partition} stopped at offset {offset}: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason

@@ -1,0 +1,636 @@
+"""The processor runtime: a consumer group over the input topics, stores per partition, EOS.
+
+Lifecycle of a task (partition ``p`` of every input topic and of every store):
+
+* **assign** (librdkafka callback, inside ``consume()``): the input
+  partitions are assigned and *paused* at once, and ``p`` is queued for
+  restore.  Nothing slow runs in the callback.
+* **restore** (main loop, outside the callback): open RocksDB
+  ``<state_dir>/<store>-<p>/`` for each store, plan (incremental from the
+  stored broker offset; full when the offset is out of range, the topic was
+  recreated or the state is older than ``delete.retention.ms``), replay the
+  changelog partition with the restore consumer, read the committed input
+  offsets, then **resume** the inputs.
+* **run**: each input record calls ``process(context, message)`` with the
+  task's stores; writes and outputs are buffered.  Every
+  ``commit_interval_ms`` (or ``commit_every_records``) one commit covers all
+  tasks (:func:`statestore.kafka.commit.commit_tasks`).
+* **revoke** (callback): commit everything within a third of
+  ``max.poll.interval.ms``, then close the revoked tasks' RocksDB so a new
+  owner (even in this process) can open it.  **lost** (callback): no commit;
+  the pending work of every task is dropped (one transaction spans them
+  all), the lost tasks are closed, the kept ones rewound.
+* A failed commit drops every buffer and seeks every input back to its last
+  committed offset; a fenced producer is replaced by a new one (same
+  ``transactional.id``, new epoch) before processing resumes.
+
+Group protocol: ``group.protocol=consumer`` with ``group.remote.assignor=range``
+(KIP-848, incremental, and co-partitioning: partition ``p`` of every input
+topic goes to the same member) or ``classic`` with the eager ``range``
+assignor.  The co-partitioning of the input topics is checked at start.
+
+Thread-safety: not thread-safe; one thread calls :meth:`Processor.run` (or
+:meth:`Processor.poll_once`) and :meth:`Processor.close`.  librdkafka calls the
+rebalance callbacks on that thread, inside ``consume()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from statestore.kafka.commit import (
+    CommitResult,
+    FaultHook,
+    OutputRecord,
+    StoreTopic,
+    commit_tasks,
+)
+from statestore.kafka.config import ProcessorConfig
+from statestore.kafka.errors import KafkaClientError, ProducerFencedError, TransactionAbortedError
+from statestore.kafka.restore import (
+    plan_broker_restore,
+    restore_partition,
+    stored_applied_time_ms,
+    stored_topic_id,
+)
+from statestore.kafka.store import KafkaStoreSpec, TaskStore
+from statestore.kafka.topics import (
+    TopicInfo,
+    changelog_topic_name,
+    check_copartitioned,
+    ensure_changelog_topic,
+    watermarks,
+)
+from statestore.stores.engine import RocksDBEngine
+from statestore.stores.restore import StateRestoreListener
+
+__all__ = ["Processor", "ProcessorContext", "TaskRestored"]
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class TaskRestored:
+    """One store partition made ready: how it was restored.  Immutable."""
+
+    store: str
+    partition: int
+    rebuilt: bool
+    reason: str
+    start_offset: int
+    end_offset: int
+    records_restored: int
+    seconds: float
+
+
+class _Task:
+    """Partition ``p``: its stores, input positions and last committed input offsets.
+
+    Invariants: ``positions`` and ``committed`` map every input topic of the
+    task to the next offset to process / the last committed one; the stores
+    hold only committed data plus the current buffer.
+    """
+
+    def __init__(self, partition: int, stores: dict[str, TaskStore[Any, Any]]) -> None:
+        self.partition = partition
+        self.stores = stores
+        self.positions: dict[str, int] = {}
+        self.committed: dict[str, int] = {}
+
+    def close(self) -> None:
+        for store in self.stores.values():
+            store.close()
+
+
+class ProcessorContext:
+    """What ``process(context, message)`` gets: the record's stores and an output buffer.
+
+    Valid only during the call.  Not thread-safe.
+    """
+
+    def __init__(self, processor: Processor) -> None:
+        self._processor = processor
+        self._task: _Task | None = None
+
+    @property
+    def partition(self) -> int:
+        """The partition of the record being processed (and of its stores)."""
+        assert self._task is not None
+        return self._task.partition
+
+    def store(self, name: str) -> TaskStore[Any, Any]:
+        """The partition of store ``name`` that belongs to this record's partition."""
+        assert self._task is not None
+        return self._task.stores[name]
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
+        """Buffer an output record; it is produced inside the next commit's transaction."""
+        self._processor._outputs.append(
+            OutputRecord(topic=topic, key=key, value=value, partition=partition)
+        )
+
+
+Process = Callable[[ProcessorContext, Any], None]
+"""``process(context, message)``: user code for one input record (a confluent-kafka ``Message``)."""
+
+
+class Processor:
+    """Consume ``config.input_topics`` in the group ``config.application_id`` with stores per partition.
+
+    Use as a context manager, or call :meth:`start` and :meth:`close`.  See the
+    module docstring for the lifecycle; not thread-safe.
+    """
+
+    def __init__(
+        self,
+        config: ProcessorConfig,
+        state_dir: Path,
+        stores: Sequence[KafkaStoreSpec],
+        process: Process,
+        *,
+        restore_listener: StateRestoreListener | None = None,
+        on_commit: Callable[[CommitResult], None] | None = None,
+        on_restored: Callable[[TaskRestored], None] | None = None,
+        fault_hook: FaultHook | None = None,
+        wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._config = config
+        self._state_dir = Path(state_dir)
+        self._specs = {spec.name: spec for spec in stores}
+        self._process = process
+        self._restore_listener = restore_listener
+        self._on_commit = on_commit
+        self._on_restored = on_restored
+        self._fault_hook = fault_hook
+        self._wall_clock_ms = wall_clock_ms
+        self._tasks: dict[int, _Task] = {}
+        self._to_restore: dict[int, list[Any]] = {}
+        self._outputs: list[OutputRecord] = []
+        self._topics: dict[str, TopicInfo] = {}
+        self._partitions = 0
+        self._processed_since_commit = 0
+        self._last_commit = time.monotonic()
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._restore_consumer: Any = None
+        self._admin: Any = None
+        self._context = ProcessorContext(self)
+        self.commits = 0
+        """Commits that succeeded."""
+        self.aborted = 0
+        """Commits that failed and were aborted (or fenced)."""
+        self.last_commit_error: KafkaClientError | None = None
+        """The error of the last failed commit (``code`` says why: fencing, timeout...)."""
+        self._last_poll = time.monotonic()
+
+    # -- setup -------------------------------------------------------------------------
+
+    def _client_config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self._config.bootstrap_servers}
+
+    def _consumer_config(self) -> dict[str, Any]:
+        config = self._config
+        settings = {
+            **self._client_config(),
+            "group.id": config.application_id,
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "max.poll.interval.ms": str(config.max_poll_interval_ms),
+            # librdkafka's 1 s default stalls bulk reads (docs/scale-out.md).
+            "fetch.queue.backoff.ms": "10",
+        }
+        if config.group_protocol == "consumer":
+            settings["group.protocol"] = "consumer"
+            settings["group.remote.assignor"] = "range"
+        else:
+            settings["partition.assignment.strategy"] = "range"
+            settings["session.timeout.ms"] = str(config.session_timeout_ms)
+            settings["heartbeat.interval.ms"] = str(max(1000, config.session_timeout_ms // 4))
+        settings.update(config.consumer_overrides)
+        return settings
+
+    def _producer_config(self) -> dict[str, Any]:
+        config = self._config
+        settings = {
+            **self._client_config(),
+            "enable.idempotence": "true",
+            "acks": "all",
+            "linger.ms": "5",
+            # The Java client's 100 ms -> 20 ms lesson: CONCURRENT_TRANSACTIONS retries.
+            "retry.backoff.ms": "10",
+            # Java-compatible key partitioning for outputs (statestore.partition_for).
+            "partitioner": "murmur2_random",
+        }
+        if config.processing_guarantee == "exactly_once_v2":
+            settings["transactional.id"] = config.transactional_id
+            settings["transaction.timeout.ms"] = str(config.transaction_timeout_ms)
+        settings.update(config.producer_overrides)
+        return settings
+
+    def _new_producer(self) -> Any:
+        from confluent_kafka import Producer  # noqa: PLC0415 - optional dependency
+
+        producer = Producer(self._producer_config())
+        if self._config.processing_guarantee == "exactly_once_v2":
+            try:
+                producer.init_transactions(self._config.transaction_timeout_ms / 1000 * 3)
+            except Exception as exc:
+                raise KafkaClientError("init_transactions", type(exc).__name__, str(exc)) from exc
+        return producer
+
+    def start(self) -> None:
+        """Check co-partitioning, create or validate the changelog topics, join the group."""
+        from confluent_kafka import Consumer  # noqa: PLC0415 - optional dependency
+        from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+        config = self._config
+        self._state_dir.mkdir(parents=True, exist_ok=True)
+        self._admin = AdminClient(self._client_config())
+        self._partitions = check_copartitioned(self._admin, config.input_topics)
+        for name in self._specs:
+            topic = changelog_topic_name(config.application_id, name)
+            self._topics[name] = ensure_changelog_topic(
+                self._admin, topic, partitions=self._partitions, config=config.changelog
+            )
+        self._producer = self._new_producer()
+        self._restore_consumer = Consumer(
+            {
+                **self._client_config(),
+                "group.id": f"{config.application_id}-restore",
+                "enable.auto.commit": "false",
+                "auto.offset.reset": "error",
+                "isolation.level": "read_committed",
+                "fetch.queue.backoff.ms": "10",
+                **config.consumer_overrides,
+            }
+        )
+        self._consumer = Consumer(self._consumer_config())
+        self._consumer.subscribe(
+            list(config.input_topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        logger.info(
+            "processor %s (%s) started: %s partitions of %s, %s",
+            config.application_id,
+            config.instance_id,
+            self._partitions,
+            ",".join(config.input_topics),
+            config.processing_guarantee,
+        )
+
+    def __enter__(self) -> Processor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- rebalance callbacks (inside consume()) ------------------------------------------
+
+    @property
+    def _incremental(self) -> bool:
+        return self._config.group_protocol == "consumer"
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        if self._incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        if partitions:
+            consumer.pause(partitions)
+        for tp in partitions:
+            self._to_restore.setdefault(tp.partition, []).append(tp)
+        logger.info("assigned %s", sorted({tp.partition for tp in partitions}))
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        revoked = sorted({tp.partition for tp in partitions})
+        logger.info("revoked %s: committing", revoked)
+        deadline_s = self._config.max_poll_interval_ms / 3000
+        self._commit(timeout_s=deadline_s, swallow=True)
+        self._close_tasks(revoked)
+        if self._incremental:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        lost = sorted({tp.partition for tp in partitions})
+        logger.warning("lost %s: closing without commit", lost)
+        self._drop_all()
+        self._close_tasks(lost)
+        self._rewind_all()
+        if self._incremental:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+
+    def _close_tasks(self, partitions: Sequence[int]) -> None:
+        for p in partitions:
+            self._to_restore.pop(p, None)
+            task = self._tasks.pop(p, None)
+            if task is not None:
+                task.close()
+
+    # -- restore -------------------------------------------------------------------------
+
+    def _restore_pending(self) -> None:
+        while self._to_restore:
+            p, tps = next(iter(self._to_restore.items()))
+            task = self._restore_task(p)
+            task.committed = self._committed_offsets(tps)
+            task.positions = dict(task.committed)
+            self._tasks[p] = task
+            del self._to_restore[p]
+            for tp in tps:
+                self._seek(tp.topic, p, task.committed[tp.topic])
+            self._consumer.resume(tps)
+
+    def _restore_task(self, p: int) -> _Task:
+        stores: dict[str, TaskStore[Any, Any]] = {}
+        try:
+            for name, spec in self._specs.items():
+                stores[name] = self._restore_store(spec, p)
+        except BaseException:
+            for store in stores.values():
+                store.close(flush=False)
+            raise
+        return _Task(p, stores)
+
+    def _restore_store(self, spec: KafkaStoreSpec, p: int) -> TaskStore[Any, Any]:
+        started = time.perf_counter()
+        info = self._topics[spec.name]
+        path = self._state_dir / f"{spec.name}-{p}"
+        label = f"[{spec.name}-{p}]"
+        engine = RocksDBEngine.open(path, config=self._config.rocksdb, cache=None, label=label)
+        try:
+            low, high = watermarks(self._admin, info.name, [p])[p]
+            has_data = next(iter(engine.items()), None) is not None
+            plan = plan_broker_restore(
+                applied_offset=engine.applied_offset(),
+                has_data=has_data,
+                stored_topic=stored_topic_id(engine),
+                applied_time_ms=stored_applied_time_ms(engine),
+                topic_id=info.topic_id,
+                log_start_offset=low,
+                high_watermark=high,
+                now_ms=self._wall_clock_ms(),
+                config=self._config.changelog,
+            )
+            if plan.rebuild:
+                logger.warning("%s rebuilding from %s: %s", label, info.name, plan.reason)
+                engine.close(flush=False)
+                RocksDBEngine.destroy(path)
+                engine = RocksDBEngine.open(
+                    path, config=self._config.rocksdb, cache=None, label=label
+                )
+            restored = restore_partition(
+                self._restore_consumer,
+                engine,
+                store=spec.name,
+                topic=info.name,
+                partition=p,
+                topic_id=info.topic_id,
+                start_offset=plan.start_offset,
+                end_offset=high,
+                batch_records=self._config.restore_batch_records,
+                stall_timeout_s=self._config.restore_timeout_ms / 1000,
+                listener=self._restore_listener,
+                wall_clock_ms=self._wall_clock_ms,
+            )
+        except BaseException:
+            engine.close(flush=False)
+            raise
+        store: TaskStore[Any, Any] = TaskStore(
+            name=spec.name,
+            partition=p,
+            engine=engine,
+            key_serde=spec.key_serde,
+            value_serde=spec.value_serde,
+        )
+        if self._on_restored is not None:
+            self._on_restored(
+                TaskRestored(
+                    store=spec.name,
+                    partition=p,
+                    rebuilt=plan.rebuild,
+                    reason=plan.reason,
+                    start_offset=plan.start_offset,
+                    end_offset=high,
+                    records_restored=restored,
+                    seconds=time.perf_counter() - started,
+                )
+            )
+        return store
+
+    def _committed_offsets(self, tps: list[Any]) -> dict[str, int]:
+        """The committed input offsets (stable ones: a pending transaction is waited for)."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition  # noqa: PLC0415
+
+        deadline = time.monotonic() + self._config.restore_timeout_ms / 1000
+        query = [TopicPartition(tp.topic, tp.partition) for tp in tps]
+        while True:
+            try:
+                found = self._consumer.committed(query, timeout=10)
+                break
+            except Exception as exc:
+                if time.monotonic() > deadline:
+                    raise KafkaClientError(
+                        "fetch committed offsets", "_TIMED_OUT", str(exc)
+                    ) from exc
+                logger.info("committed offsets not available yet (%s), retrying", exc)
+                time.sleep(0.2)
+        return {tp.topic: (tp.offset if tp.offset >= 0 else OFFSET_BEGINNING) for tp in found}
+
+    def _seek(self, topic: str, partition: int, offset: int) -> None:
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        try:
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+        except Exception as exc:  # noqa: BLE001 - a seek before the first fetch is refused
+            logger.debug("seek %s-%s to %s: %s", topic, partition, offset, exc)
+
+    # -- processing ------------------------------------------------------------------------
+
+    def poll_once(self, timeout_s: float = 0.2) -> int:
+        """One turn of the loop: consume, restore new tasks, process, commit when due.
+
+        Returns the number of input records processed.
+        """
+        messages = self._consumer.consume(self._config.poll_records, timeout=timeout_s)
+        self._last_poll = time.monotonic()
+        self._restore_pending()
+        processed = 0
+        context = self._context
+        for message in messages:
+            if message.error() is not None:
+                logger.warning("consume: %s", message.error())
+                continue
+            task = self._tasks.get(message.partition())
+            if task is None:
+                continue  # revoked or lost within this consume() call
+            topic = message.topic()
+            if message.offset() < task.positions.get(topic, 0):
+                continue  # fetched before a rewind
+            context._task = task
+            self._process(context, message)
+            task.positions[topic] = message.offset() + 1
+            processed += 1
+        self._processed_since_commit += processed
+        due = (time.monotonic() - self._last_commit) * 1000 >= self._config.commit_interval_ms
+        if due or self._processed_since_commit >= self._config.commit_every_records:
+            self._commit(timeout_s=self._config.transaction_timeout_ms / 1000 * 0.8, swallow=True)
+        return processed
+
+    def run(self, stop: Callable[[], bool]) -> None:
+        """Loop :meth:`poll_once` until ``stop()`` is true, then :meth:`close`."""
+        try:
+            while not stop():
+                self.poll_once()
+        finally:
+            self.close()
+
+    # -- commit ----------------------------------------------------------------------------
+
+    def _pending_offsets(self) -> list[Any]:
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        offsets = []
+        for task in self._tasks.values():
+            for topic, position in task.positions.items():
+                if position >= 0 and position != task.committed.get(topic):
+                    offsets.append(TopicPartition(topic, task.partition, position))
+        return offsets
+
+    def commit(self) -> CommitResult | None:
+        """Commit now (``None``: nothing to commit).  Raises on a failed commit."""
+        return self._commit(
+            timeout_s=self._config.transaction_timeout_ms / 1000 * 0.8, swallow=False
+        )
+
+    def _commit(self, *, timeout_s: float, swallow: bool) -> CommitResult | None:
+        self._last_commit = time.monotonic()
+        self._processed_since_commit = 0
+        offsets = self._pending_offsets()
+        stores = [
+            StoreTopic(
+                store=store, topic=self._topics[name].name, topic_id=self._topics[name].topic_id
+            )
+            for task in self._tasks.values()
+            for name, store in task.stores.items()
+        ]
+        if not offsets and not self._outputs and not any(s.store.pending for s in stores):
+            return None
+        outputs, self._outputs = self._outputs, []
+        try:
+            result = commit_tasks(
+                self._producer,
+                guarantee=self._config.processing_guarantee,
+                stores=stores,
+                outputs=outputs,
+                offsets=offsets,
+                group_metadata=self._group_metadata,
+                commit_offsets=lambda tps: self._consumer.commit(offsets=tps, asynchronous=False),
+                timeout_s=timeout_s,
+                wall_clock_ms=self._wall_clock_ms,
+                fault_hook=self._fault_hook,
+            )
+        except (TransactionAbortedError, ProducerFencedError) as exc:
+            self.aborted += 1
+            self.last_commit_error = exc
+            logger.warning("commit failed, inputs rewound: %s", exc)
+            self._rewind_all()
+            if isinstance(exc, ProducerFencedError):
+                self._replace_producer()
+            if not swallow:
+                raise
+            return None
+        except KafkaClientError as exc:
+            self.aborted += 1
+            self.last_commit_error = exc
+            logger.warning("commit failed, inputs rewound: %s", exc)
+            self._rewind_all()
+            if not swallow:
+                raise
+            return None
+        for task in self._tasks.values():
+            task.committed = dict(task.positions)
+        self.commits += 1
+        if self._on_commit is not None:
+            self._on_commit(result)
+        return result
+
+    def _group_metadata(self) -> Any:
+        """The consumer's group metadata for step 4 of the commit, unless the member has left.
+
+        librdkafka leaves the group when ``max.poll.interval.ms`` passes without a
+        poll, and the metadata it reports then carries no member epoch, which
+        the broker does not fence.  A commit that reaches this step that late
+        (a stalled process) is therefore refused here, as Kafka Streams refuses
+        it with ``TaskMigratedException``.
+        """
+        stalled_ms = (time.monotonic() - self._last_poll) * 1000
+        if stalled_ms >= self._config.max_poll_interval_ms:
+            raise TransactionAbortedError(
+                "send_offsets_to_transaction",
+                "MEMBER_LEFT_GROUP",
+                f"{stalled_ms:.0f} ms since the last poll exceeds max.poll.interval.ms"
+                f" ({self._config.max_poll_interval_ms}): the group has moved on",
+            )
+        return self._consumer.consumer_group_metadata()
+
+    def _drop_all(self) -> None:
+        self._outputs = []
+        for task in self._tasks.values():
+            for store in task.stores.values():
+                store.drop_pending()
+
+    def _rewind_all(self) -> None:
+        self._drop_all()
+        for task in self._tasks.values():
+            task.positions = dict(task.committed)
+            for topic, offset in task.committed.items():
+                self._seek(topic, task.partition, offset)
+
+    def _replace_producer(self) -> None:
+        logger.warning("producer fenced: starting a new one (%s)", self._config.transactional_id)
+        old, self._producer = self._producer, None
+        del old
+        self._producer = self._new_producer()
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit what is pending, leave the group (revoke commits again) and close every task."""
+        if self._consumer is not None:
+            try:
+                if self._tasks:
+                    self._commit(timeout_s=self._config.transaction_timeout_ms / 1000, swallow=True)
+                self._consumer.close()
+            finally:
+                self._consumer = None
+        self._close_tasks(list(self._tasks))
+        if self._restore_consumer is not None:
+            self._restore_consumer.close()
+            self._restore_consumer = None
+        if self._producer is not None:
+            self._producer.flush(5)
+            self._producer = None
+
+    @property
+    def assignment(self) -> list[int]:
+        """Partitions whose tasks are restored and running here, sorted."""
+        return sorted(self._tasks)
+
+    def stores(self, name: str) -> Mapping[int, TaskStore[Any, Any]]:
+        """The running partitions of store ``name`` (for queries between polls)."""
+        return {p: task.stores[name] for p, task in self._tasks.items()}

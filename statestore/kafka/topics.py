@@ -1,0 +1,229 @@
+"""Changelog topics on the broker: naming, creation, validation, co-partitioning, watermarks.
+
+A store ``S`` of application ``A`` logs to the compacted topic
+``A-S-changelog`` (Kafka Streams' naming), one partition per input partition.
+If the topic exists it is *validated*, never altered: partition count,
+``cleanup.policy`` (must contain ``compact``) and ``delete.retention.ms`` must
+match the store's settings, or :class:`ChangelogTopicMismatchError` is raised.
+
+The topic id (Kafka's UUID of a topic, new on every re-creation) is read so
+that a restore can tell a recreated topic from the one its local state came
+from, even when the new topic has grown past the old offsets.
+
+Thread-safety: functions are thread-safe (the AdminClient is).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from statestore.kafka.config import ChangelogTopicConfig
+from statestore.kafka.errors import (
+    ChangelogTopicMismatchError,
+    CoPartitioningError,
+    KafkaClientError,
+)
+
+__all__ = [
+    "TopicInfo",
+    "changelog_topic_name",
+    "check_copartitioned",
+    "ensure_changelog_topic",
+    "partition_counts",
+    "topic_info",
+    "validate_changelog_topic",
+    "watermarks",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class TopicInfo:
+    """A topic as the broker describes it.  Immutable."""
+
+    name: str
+    partitions: int
+    topic_id: str
+    """Kafka's topic UUID (base64 text); changes when the topic is recreated."""
+
+
+def changelog_topic_name(application_id: str, store: str) -> str:
+    """``<application_id>-<store>-changelog``, as Kafka Streams names it."""
+    return f"{application_id}-{store}-changelog"
+
+
+def _admin_api() -> Any:
+    """``confluent_kafka.admin`` (optional dependency, imported on first use)."""
+    return importlib.import_module("confluent_kafka.admin")
+
+
+def _wrap(operation: str, exc: Exception) -> KafkaClientError:
+    error: Any = exc.args[0] if exc.args else None
+    if hasattr(error, "name") and hasattr(error, "str"):
+        return KafkaClientError(operation, error.name(), error.str())
+    return KafkaClientError(operation, type(exc).__name__, str(exc))
+
+
+def partition_counts(admin: Any, topics: Iterable[str], *, timeout_s: float = 30) -> dict[str, int]:
+    """Partition count of each topic (a missing topic is a :class:`KafkaClientError`)."""
+    wanted = list(topics)
+    deadline = time.monotonic() + min(timeout_s, 5)  # metadata of a topic just created
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=timeout_s)
+        except Exception as exc:
+            raise _wrap("list topics", exc) from exc
+        counts: dict[str, int] = {}
+        missing: KafkaClientError | None = None
+        for topic in wanted:
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None:
+                reason = "unknown topic" if found is None else str(found.error)
+                missing = KafkaClientError(
+                    f"describe topic {topic!r}", "UNKNOWN_TOPIC_OR_PART", reason
+                )
+                break
+            counts[topic] = len(found.partitions)
+        if missing is None:
+            return counts
+        if time.monotonic() > deadline:
+            raise missing
+        time.sleep(0.1)
+
+
+def check_copartitioned(admin: Any, topics: Sequence[str], *, timeout_s: float = 30) -> int:
+    """The common partition count of ``topics``, or :class:`CoPartitioningError`."""
+    counts = partition_counts(admin, topics, timeout_s=timeout_s)
+    if len(set(counts.values())) != 1:
+        raise CoPartitioningError(counts)
+    return next(iter(counts.values()))
+
+
+def topic_info(admin: Any, topic: str, *, timeout_s: float = 30) -> TopicInfo:
+    """Name, partition count and topic id of ``topic``."""
+    from confluent_kafka import TopicCollection  # noqa: PLC0415 - optional dependency
+
+    # Right after a create, the metadata may not have reached the broker we ask yet:
+    # UNKNOWN_TOPIC_OR_PART is retried for a few seconds.
+    deadline = time.monotonic() + min(timeout_s, 10)
+    while True:
+        try:
+            future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+            description = future[topic].result(timeout=timeout_s)
+            break
+        except Exception as exc:
+            error = _wrap(f"describe topic {topic!r}", exc)
+            if error.code != "UNKNOWN_TOPIC_OR_PART" or time.monotonic() > deadline:
+                raise error from exc
+            time.sleep(0.1)
+    return TopicInfo(
+        name=topic, partitions=len(description.partitions), topic_id=str(description.topic_id)
+    )
+
+
+def _topic_configs(admin: Any, topic: str, timeout_s: float) -> dict[str, str]:
+    api = _admin_api()
+    resource = api.ConfigResource(api.ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(
+            timeout=timeout_s
+        )
+    except Exception as exc:
+        raise _wrap(f"describe configs of {topic!r}", exc) from exc
+    return {name: entry.value for name, entry in entries.items()}
+
+
+def validate_changelog_topic(
+    topic: str,
+    *,
+    partitions: int,
+    actual_partitions: int,
+    configs: Mapping[str, str | None],
+    config: ChangelogTopicConfig,
+) -> None:
+    """Raise :class:`ChangelogTopicMismatchError` unless the topic fits the store (pure check)."""
+    if actual_partitions != partitions:
+        raise ChangelogTopicMismatchError(topic, "partitions", partitions, actual_partitions)
+    policy = configs.get("cleanup.policy") or ""
+    if "compact" not in {part.strip() for part in policy.split(",")}:
+        raise ChangelogTopicMismatchError(topic, "cleanup.policy", "compact", policy)
+    retention = configs.get("delete.retention.ms")
+    if retention is None or int(retention) != config.delete_retention_ms:
+        raise ChangelogTopicMismatchError(
+            topic, "delete.retention.ms", config.delete_retention_ms, retention
+        )
+
+
+def ensure_changelog_topic(
+    admin: Any,
+    topic: str,
+    *,
+    partitions: int,
+    config: ChangelogTopicConfig,
+    timeout_s: float = 60,
+) -> TopicInfo:
+    """Create ``topic`` compacted with ``partitions`` partitions, or validate it if it exists."""
+    from confluent_kafka import KafkaError  # noqa: PLC0415 - optional dependency
+
+    new = _admin_api().NewTopic(
+        topic,
+        num_partitions=partitions,
+        replication_factor=config.replication_factor,
+        config=config.topic_configs(),
+    )
+    try:
+        admin.create_topics([new], request_timeout=timeout_s)[topic].result(timeout=timeout_s)
+        logger.info("created changelog topic %s with %s partitions", topic, partitions)
+    except Exception as exc:
+        error = exc.args[0] if exc.args else None
+        if getattr(error, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise _wrap(f"create topic {topic!r}", exc) from exc
+    info = topic_info(admin, topic, timeout_s=timeout_s)
+    validate_changelog_topic(
+        topic,
+        partitions=partitions,
+        actual_partitions=info.partitions,
+        configs=_topic_configs(admin, topic, timeout_s),
+        config=config,
+    )
+    return info
+
+
+def watermarks(
+    admin: Any, topic: str, partitions: Iterable[int], *, timeout_s: float = 30
+) -> dict[int, tuple[int, int]]:
+    """``partition -> (log start offset, high watermark)``, read_uncommitted.
+
+    The high watermark, not the last stable offset: a restore waits until its
+    position passes every record written so far, so a transaction left open by
+    a dead owner ends (aborted by the coordinator after ``transaction.timeout.ms``)
+    before the restore finishes.
+    """
+    from confluent_kafka import IsolationLevel, TopicPartition  # noqa: PLC0415
+
+    offset_spec = _admin_api().OffsetSpec
+    result: dict[int, list[int]] = {}
+    for spec_index, spec in enumerate((offset_spec.earliest(), offset_spec.latest())):
+        request = {TopicPartition(topic, p): spec for p in partitions}
+        if not request:
+            return {}
+        try:
+            futures = admin.list_offsets(
+                request,
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=timeout_s,
+            )
+            for tp, future in futures.items():
+                result.setdefault(tp.partition, [0, 0])[spec_index] = future.result(
+                    timeout=timeout_s
+                ).offset
+        except Exception as exc:
+            raise _wrap(f"list offsets of {topic!r}", exc) from exc
+    return {p: (low, high) for p, (low, high) in result.items()}

@@ -1,0 +1,167 @@
+"""Fake confluent-kafka clients for the state-machine unit tests: no broker, exact control.
+
+:class:`FakeProducer` records every call and assigns offsets per partition
+like a broker (a transaction's commit marker takes one offset); it raises a
+chosen ``KafkaException`` at a chosen step.  :class:`FakeRestoreConsumer`
+serves a changelog partition with gaps (compaction, markers) the way a
+``read_committed`` consumer does: records only, the position jumping over
+what it does not return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+
+def kafka_exception(
+    code: int, *, fatal: bool = False, abortable: bool = False, retriable: bool = False
+) -> KafkaException:
+    """A ``KafkaException`` carrying a ``KafkaError`` with the given flags."""
+    return KafkaException(
+        KafkaError(code, "injected", fatal=fatal, retriable=retriable, txn_requires_abort=abortable)
+    )
+
+
+class _Delivered:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+
+    def offset(self) -> int:
+        return self._offset
+
+    def partition(self) -> int:
+        return self._partition
+
+    def topic(self) -> str:
+        return self._topic
+
+
+class FakeProducer:
+    """A transactional producer; ``fail = {step: exception}`` raises at that step once."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail: dict[str, BaseException] = {}
+        self.log: dict[tuple[str, int], list[tuple[int, bytes | None, bytes | None]]] = {}
+        self.committed: list[tuple[str, int, bytes | None, bytes | None]] = []
+        self.offsets_sent: list[Any] = []
+        self._open: list[tuple[str, int, bytes | None, bytes | None]] = []
+        self._reports: list[tuple[Callable[[Any, Any], None] | None, Any]] = []
+        self._next: dict[tuple[str, int], int] = {}
+
+    def _step(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.fail:
+            raise self.fail.pop(name)
+
+    def begin_transaction(self) -> None:
+        self._step("begin")
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> None:
+        self._step("produce")
+        part = max(partition, 0)
+        offset = self._next.get((topic, part), 0)
+        self._next[(topic, part)] = offset + 1
+        self.log.setdefault((topic, part), []).append((offset, key, value))
+        self._open.append((topic, part, key, value))
+        self._reports.append((on_delivery, _Delivered(topic, part, offset)))
+
+    def flush(self, timeout: float = -1) -> int:
+        self._step("flush")
+        for report, message in self._reports:
+            if report is not None:
+                report(None, message)
+        self._reports = []
+        return 0
+
+    def send_offsets_to_transaction(
+        self, positions: list[Any], group_metadata: Any, timeout: float = -1
+    ) -> None:
+        self._step("send_offsets")
+        self.offsets_sent.append((list(positions), group_metadata))
+
+    def _marker(self) -> None:
+        for topic, part in {(t, p) for t, p, _k, _v in self._open}:
+            self._next[(topic, part)] += 1  # the control record
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        self._step("commit")
+        self.committed.extend(self._open)
+        self._marker()
+        self._open = []
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        self._step("abort")
+        self._marker()
+        self._open = []
+
+
+class _Message:
+    def __init__(
+        self, offset: int, key: bytes | None, value: bytes | None, error: Any = None
+    ) -> None:
+        self._offset, self._key, self._value, self._error = offset, key, value, error
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def error(self) -> Any:
+        return self._error
+
+
+class FakeRestoreConsumer:
+    """One changelog partition: ``records`` (with gaps) below ``end_offset`` (its high watermark).
+
+    ``stuck_at``: the position never passes it (an open transaction that never ends).
+    """
+
+    def __init__(
+        self,
+        records: list[tuple[int, bytes | None, bytes | None]],
+        end_offset: int,
+        *,
+        stuck_at: int | None = None,
+    ) -> None:
+        self.records = records
+        self.end_offset = end_offset
+        self.stuck_at = stuck_at
+        self.assigned: list[Any] = []
+        self.unassigned = 0
+        self._position = 0
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.assigned.append(partitions)
+        self._position = partitions[0].offset
+
+    def unassign(self) -> None:
+        self.unassigned += 1
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        limit = self.end_offset if self.stuck_at is None else self.stuck_at
+        out = [_Message(o, k, v) for o, k, v in self.records if self._position <= o < limit][
+            :num_messages
+        ]
+        if out:
+            self._position = out[-1].offset() + 1
+        else:
+            self._position = max(self._position, limit)  # past markers / compacted gaps
+        return out
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        return [TopicPartition(tp.topic, tp.partition, self._position) for tp in partitions]

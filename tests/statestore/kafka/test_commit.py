@@ -1,0 +1,140 @@
+"""The commit state machine (statestore.kafka.commit) against a fake producer: every step fails once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+
+from statestore.config import RocksDBConfig
+from statestore.kafka import OutputRecord, ProducerFencedError, TaskStore, TransactionAbortedError
+from statestore.kafka.commit import StoreTopic, commit_tasks
+from statestore.kafka.restore import stored_applied_time_ms, stored_topic_id
+from statestore.serdes import IntSerde, StringSerde
+from statestore.stores.engine import RocksDBEngine
+from tests.statestore.kafka.fakes import FakeProducer, kafka_exception
+
+TOPIC = "app-s-changelog"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[TaskStore[str, int]]:
+    engine = RocksDBEngine.open(tmp_path / "s-3", config=RocksDBConfig(), cache=None)
+    task_store: TaskStore[str, int] = TaskStore(
+        name="s", partition=3, engine=engine, key_serde=StringSerde(), value_serde=IntSerde()
+    )
+    yield task_store
+    task_store.close()
+
+
+def _commit(
+    producer: FakeProducer,
+    store: TaskStore[str, int],
+    guarantee: Any = "exactly_once_v2",
+    committed: list[Any] | None = None,
+) -> Any:
+    return commit_tasks(
+        producer,
+        guarantee=guarantee,
+        stores=[StoreTopic(store=store, topic=TOPIC, topic_id="topic-id-1")],
+        outputs=[OutputRecord(topic="out", key=b"k", value=b"v")],
+        offsets=[TopicPartition("in", 3, 42)],
+        group_metadata=lambda: "group-metadata",
+        commit_offsets=(committed.append if committed is not None else lambda tps: None),
+        timeout_s=5,
+        wall_clock_ms=lambda: 1234,
+    )
+
+
+def test_success_produces_commits_then_applies(store: TaskStore[str, int]) -> None:
+    producer = FakeProducer()
+    store.put("a", 1)
+    store.put("b", 2)
+    store.delete("b")
+    result = _commit(producer, store)
+    assert producer.calls == [
+        "begin",
+        "produce",
+        "produce",
+        "produce",
+        "flush",
+        "send_offsets",
+        "commit",
+    ]
+    assert result.changelog_records == 2 and result.outputs == 1
+    assert [(k, v) for _o, k, v in producer.log[(TOPIC, 3)]] == [
+        (b"a", IntSerde().serialize(1)),
+        (b"b", None),
+    ]
+    ((positions, metadata),) = producer.offsets_sent
+    assert metadata == "group-metadata" and positions[0].offset == 42
+    # applied after the commit: offset = last changelog offset + 1, with topic id and time
+    assert store.engine.applied_offset() == 2
+    assert store.get("a") == 1 and store.get("b") is None and not store.pending
+    assert stored_topic_id(store.engine) == "topic-id-1"
+    assert stored_applied_time_ms(store.engine) == 1234
+
+
+def test_a_second_commit_continues_after_the_marker(store: TaskStore[str, int]) -> None:
+    producer = FakeProducer()
+    store.put("a", 1)
+    _commit(producer, store)
+    store.put("a", 5)
+    _commit(producer, store)
+    # offset 0: a=1, 1: commit marker, 2: a=5
+    assert store.engine.applied_offset() == 3
+    store.put("x", 1)
+    store.drop_pending()
+    _commit(producer, store)  # nothing for this store: the applied offset stays
+    assert store.engine.applied_offset() == 3
+
+
+@pytest.mark.parametrize("step", ["begin", "produce", "flush", "send_offsets", "commit"])
+def test_an_abortable_error_at_any_step_aborts_and_leaves_rocksdb_alone(
+    store: TaskStore[str, int], step: str
+) -> None:
+    producer = FakeProducer()
+    store.put("a", 1)
+    _commit(producer, store)
+    store.put("a", 2)
+    producer.fail[step] = kafka_exception(KafkaError.ILLEGAL_GENERATION, abortable=True)
+    with pytest.raises(TransactionAbortedError) as caught:
+        _commit(producer, store)
+    assert caught.value.code == "ILLEGAL_GENERATION"
+    assert not store.pending, "the buffer is dropped"
+    assert store.get("a") == 1 and store.engine.applied_offset() == 1
+    assert ("abort" in producer.calls[-1:]) == (step != "begin")
+    assert [v for *_rest, v in producer.committed] == [IntSerde().serialize(1), b"v"]
+
+
+@pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH])
+def test_fencing_is_its_own_error_and_not_aborted(store: TaskStore[str, int], code: int) -> None:
+    producer = FakeProducer()
+    store.put("a", 1)
+    producer.fail["commit"] = kafka_exception(code, fatal=code == KafkaError._FENCED)
+    with pytest.raises(ProducerFencedError):
+        _commit(producer, store)
+    assert "abort" not in producer.calls  # a fenced producer cannot abort; it is replaced
+    assert not store.pending and store.get("a") is None and store.engine.applied_offset() is None
+
+
+def test_a_retriable_commit_error_is_retried(store: TaskStore[str, int]) -> None:
+    producer = FakeProducer()
+    store.put("a", 1)
+    producer.fail["commit"] = kafka_exception(KafkaError._TIMED_OUT, retriable=True)
+    _commit(producer, store)
+    assert producer.calls[-2:] == ["commit", "commit"]
+    assert store.get("a") == 1
+
+
+def test_at_least_once_commits_offsets_after_the_flush(store: TaskStore[str, int]) -> None:
+    producer = FakeProducer()
+    committed: list[Any] = []
+    store.put("a", 1)
+    _commit(producer, store, "at_least_once", committed)
+    assert producer.calls == ["produce", "produce", "flush"]
+    assert committed and committed[0][0].offset == 42
+    assert store.get("a") == 1 and store.engine.applied_offset() == 1
