@@ -38,7 +38,7 @@ from typing import Any, Final, Protocol
 from statestore.kafka.config import ChangelogTopicConfig
 from statestore.kafka.errors import BrokerRestoreError
 from statestore.stores.engine import RocksDBEngine
-from statestore.stores.restore import RestorePlan, StateRestoreListener, plan_restore, replay
+from statestore.stores.restore import RestorePlan, StateRestoreListener, plan_restore
 
 __all__ = [
     "APPLIED_TIME_KEY",
@@ -186,6 +186,62 @@ def _batches(
     return read
 
 
+def _replay(
+    read: Callable[[int], Iterator[list[tuple[int, bytes | None, bytes | None]]]],
+    engine: RocksDBEngine,
+    *,
+    store: str,
+    topic: str,
+    partition: int,
+    start_offset: int,
+    end_offset: int,
+    batch_records: int,
+    listener: StateRestoreListener | None,
+) -> int:
+    """Apply the records of ``[start_offset, end_offset)`` in WriteBatches; the count.
+
+    Each WriteBatch carries the applied offset just past its last record (values
+    stay bytes); the listener hears of each one, as in the local restore.
+    """
+    if listener is not None:
+        listener.on_restore_start(store, partition, start_offset, end_offset)
+    restored = 0
+    pending: list[tuple[bytes, bytes | None]] = []
+    last = start_offset - 1
+
+    def apply() -> None:
+        nonlocal pending, restored
+        try:
+            engine.write(pending, last + 1)
+        except (KeyError, TypeError) as exc:  # a record without a key
+            raise BrokerRestoreError(
+                store, partition, last, f"changelog record without a key: {exc}"
+            ) from exc
+        restored += len(pending)
+        if listener is not None:
+            listener.on_batch_restored(store, partition, last, len(pending))
+        pending = []
+
+    if start_offset < end_offset:
+        for entries in read(start_offset):
+            for offset, key, value in entries:
+                if offset >= end_offset:
+                    break
+                if key is None:
+                    raise BrokerRestoreError(
+                        topic, partition, offset, "changelog record without a key"
+                    )
+                pending.append((key, value))
+                last = offset
+            if len(pending) >= batch_records:
+                apply()
+    if pending:
+        apply()
+    if listener is not None:
+        listener.on_restore_end(store, partition, restored)
+    return restored
+
+
 def restore_partition(
     consumer: RestoreConsumer,
     engine: RocksDBEngine,
@@ -216,10 +272,11 @@ def restore_partition(
         stall_timeout_s=stall_timeout_s,
         clock=clock,
     )
-    restored = replay(
+    restored = _replay(
         read,
         engine,
         store=store,
+        topic=topic,
         partition=partition,
         start_offset=start_offset,
         end_offset=end_offset,
@@ -227,6 +284,7 @@ def restore_partition(
         listener=listener,
     )
     engine.write([], end_offset, meta=applied_meta(topic_id, wall_clock_ms()))
+    engine.flush()
     logger.info(
         "[%s-%s] restored %s records of %s [%s, %s)",
         store,
