@@ -11,6 +11,7 @@ The tree::
     ├── LogLockedError              another owner holds the partition directory lock
     ├── LogClosedError              the log (or its segment) was used after close()
     ├── OffsetOutOfRangeError       a read or truncation outside [log start, log end]
+    ├── ProducerFencedError         a transactional append with an epoch older than the producer's
     ├── CorruptDataError            something on disk is not what was written
     │   ├── CorruptRecordError      a record batch fails its CRC / length / framing checks
     │   ├── CorruptIndexError       an offset or time index fails its sanity check
@@ -43,6 +44,7 @@ __all__ = [
     "LogLockedError",
     "LogStorageError",
     "OffsetOutOfRangeError",
+    "ProducerFencedError",
     "RecordTooLargeError",
     "UnsupportedFormatError",
 ]
@@ -103,6 +105,24 @@ class OffsetOutOfRangeError(ChangelogError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class ProducerFencedError(ChangelogError):
+    """A transactional append or marker carries an epoch below the producer's latest in this
+    partition (Kafka's ``INVALID_PRODUCER_EPOCH``): a newer instance of the producer exists.
+
+    Nothing was written.  ``producer_id``, ``producer_epoch`` (given) and
+    ``current_epoch`` (the partition's) say which.
+    """
+
+    def __init__(self, producer_id: int, producer_epoch: int, current_epoch: int) -> None:
+        super().__init__(
+            f"producer {producer_id} epoch {producer_epoch} is fenced: the partition has seen"
+            f" epoch {current_epoch}; nothing was written"
+        )
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.current_epoch = current_epoch
 
 
 class CorruptDataError(ChangelogError):

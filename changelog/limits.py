@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["INT32_MAX", "INT64_MAX", "INT64_MIN", "NO_TIMESTAMP"]
+__all__ = ["INT16_MAX", "INT32_MAX", "INT64_MAX", "INT64_MIN", "NO_TIMESTAMP"]
+
+INT16_MAX: Final = 2**15 - 1
+"""Largest value of a Java ``short``: producer epochs, record versions."""
 
 INT32_MAX: Final = 2**31 - 1
 """Largest value of a Java ``int``: relative offsets, positions, counts, segment sizes."""

@@ -29,7 +29,10 @@ L9    log start offset = max(checkpoint, first base offset); a         D3, C2
       checkpoint past the log end is ignored with a warning, the data
       kept (not Kafka's rule: see docs/recovery.md); no segment left:
       create an empty one at the log start offset
-L10   delete the clean-shutdown marker (and fsync the directory)       C5
+L10   rebuild the producer state from every segment's batch headers   M1-M2, T2
+      and make each ``.txnindex`` hold exactly the aborted
+      transactions its markers close (rewritten if it differs)
+L11   delete the clean-shutdown marker (and fsync the directory)       C5
 ====  ===============================================================  ======================
 
 Segments below the recovery point are not re-read: a batch corrupted in the
@@ -58,6 +61,7 @@ from changelog.fs.checkpoint import (
     read_offset_checkpoint,
 )
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
+from changelog.producer_state import ProducerState, rebuild_producer_state
 from changelog.segment.segment import LogSegment
 
 __all__ = [
@@ -68,6 +72,8 @@ __all__ = [
 
 _TMP_SUFFIX: Final = ".tmp"
 _INDEX_SUFFIXES: Final = (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
+_DERIVED_SUFFIXES: Final = (*_INDEX_SUFFIXES, files.TXN_INDEX_SUFFIX)
+"""Files derived from a ``.log``: an orphan of any of them is handled by pass L6."""
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +92,8 @@ class LoadedLog:
     log_end_offset: int
     recovery_point: int
     had_clean_shutdown: bool
+    producer_state: ProducerState = attrs.field(factory=ProducerState)
+    """Open transactions and producer sequences, rebuilt from the segments (pass L10)."""
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -196,7 +204,7 @@ def _delete_orphan_indexes(directory: Path, prefix: str, explained: set[int]) ->
     log_bases = [b for _p, b, suffix, proto in entries if suffix == files.LOG_SUFFIX and not proto]
     lowest, highest = (min(log_bases), max(log_bases)) if log_bases else (0, -1)
     for path, base, suffix, protocol in entries:
-        if protocol or suffix not in _INDEX_SUFFIXES:
+        if protocol or suffix not in _DERIVED_SUFFIXES:
             continue
         log_path = directory / files.segment_file_name(base, files.LOG_SUFFIX)
         if log_path.exists():
@@ -316,7 +324,7 @@ def load_log(
     partition: int,
     now_ms: int,
 ) -> LoadedLog:
-    """Run passes L1-L10 over ``directory`` and return its segments, opened and consistent."""
+    """Run passes L1-L11 over ``directory`` and return its segments, opened and consistent."""
     prefix = f"[{topic}-{partition}] "
     marker = directory / CLEAN_SHUTDOWN_FILE
     had_clean_shutdown = marker.exists()
@@ -358,12 +366,13 @@ def load_log(
                 LogSegment.create(directory, log_start, config=config, created_ms=now_ms)
             )
             files.fsync_dir(directory, "load.fsync_dir")
+        producer_state = rebuild_producer_state(segments, prefix)  # L10
     except BaseException:
         for segment in segments:
             segment.close()
         raise
     rp = log_end if had_clean_shutdown else min(recovery_point, log_end)
-    if had_clean_shutdown:  # L10
+    if had_clean_shutdown:  # L11
         files.delete_file(marker, "load.delete_marker")
         files.fsync_dir(directory, "load.fsync_dir")
     logger.info(
@@ -381,4 +390,5 @@ def load_log(
         log_end_offset=log_end,
         recovery_point=rp,
         had_clean_shutdown=had_clean_shutdown,
+        producer_state=producer_state,
     )

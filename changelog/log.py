@@ -8,7 +8,13 @@ Crash protocols (the loader pass that finishes or undoes each step is in
 brackets; ``docs/recovery.md`` tells the whole story):
 
 * append: A1 write the batch with one ``write`` [L8 cuts a torn tail];
-  A2 fsync the ``.log`` when the flush policy says so.
+  A2 fsync the ``.log`` when the flush policy says so.  A transactional
+  batch (:meth:`Log.append_transactional`) is an append like any other; it
+  opens its producer's transaction in the producer state [L10 rebuilds it].
+* marker (:meth:`Log.append_marker`): M1 write the control batch with one
+  ``write`` [L8 cuts a torn tail]; M2 an ABORT of a transaction with data
+  appends its entry to the active segment's ``.txnindex`` (not fsynced) [L10
+  rebuilds every ``.txnindex`` from the batches]; then A2.
 * roll: R1 flush the old active segment (``.log`` and indexes);
   R2 create the new segment's files [L7 loads them, empty]; R3 fsync the
   directory; R4 write the recovery-point checkpoint.
@@ -22,7 +28,7 @@ brackets; ``docs/recovery.md`` tells the whole story):
 * replace (Kafka's ``replaceSegments``): S0-S6 [L2-L5], in :mod:`changelog.replace`.
 * close: C1 flush the active segment; C2 write the recovery-point checkpoint;
   C3 write the log-start-offset checkpoint; C4 remove pending ``.deleted``
-  files [L2]; C5 write the clean-shutdown marker [L10 deletes it; its absence
+  files [L2]; C5 write the clean-shutdown marker [L11 deletes it; its absence
   makes L8 run].
 
 Thread-safety: ``Log`` is thread-safe.  ``Log.lock`` (an ``RLock``) guards the
@@ -54,26 +60,32 @@ from changelog.errors import (
     LogClosedError,
     LogStorageError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     RecordTooLargeError,
 )
 from changelog.fs import files
 from changelog.fs.checkpoint import LEADER_EPOCH_CHECKPOINT, read_leader_epochs
 from changelog.fs.lock import DirectoryLock
+from changelog.isolation import READ_COMMITTED, IsolationLevel, check_isolation, committed_batches
 from changelog.loader import LoadedLog
 from changelog.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
 from changelog.log_reader import located_batches, open_snapshot, records_in_range
 from changelog.log_segments import LogSegments
+from changelog.producer_state import rebuild_producer_state
 from changelog.record.batch import (
     PARTITION_LEADER_EPOCH,
     BatchHeader,
     Headers,
     Record,
+    decode_header,
     encode_batch,
 )
 from changelog.record.compression import compression_for
+from changelog.record.control import ControlRecordType, encode_marker_batch, read_marker
 from changelog.recovery_point import RecoveryPoint
 from changelog.replace import replace_segments
 from changelog.segment.segment import LogSegment
+from changelog.segment.txn_index import AbortedTxn, collect_aborted
 
 __all__ = ["AppendInfo", "Clock", "Log", "parse_topic_partition", "wall_clock_ms"]
 
@@ -149,6 +161,7 @@ class Log:
         self.lock = threading.RLock()
         """Guards the segment list, the active segment, the offsets and flush bookkeeping."""
         self._segments = LogSegments(directory, loaded.segments, config=config, clock=clock)
+        self._producers = loaded.producer_state
         self._log_start_offset = loaded.log_start_offset
         self._log_end_offset = loaded.log_end_offset
         self._leader_epoch = _last_leader_epoch(directory, loaded.segments)
@@ -342,48 +355,157 @@ class Log:
                 0, records, timestamp_ms=stamp, headers=headers, compression=self._compression
             )
         )  # offset and leader epoch patched below (neither is under the CRC)
-        if self._config.compact and None in map(_KEY, records):
-            # Kafka's broker refuses these too: the cleaner could not keep "the latest per key".
-            raise InvalidRecordError("a compacted log cannot accept a record without a key")
-        size = len(batch)
-        if size > self._config.max_message_bytes:
-            raise RecordTooLargeError(size, self._config.max_message_bytes)
-        count = len(records)
+        self._check_batch(records, batch)
         with self.lock:
             self._check_open()
-            first = self._log_end_offset
-            last = first + count - 1
-            _BASE_OFFSET.pack_into(batch, 0, first)
-            _LEADER_EPOCH.pack_into(batch, _LEADER_EPOCH_POSITION, self._leader_epoch)
-            segment = self._segments.active
-            if segment.should_roll(
-                messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
-            ):
-                segment = self._roll_locked()
-            segment.append(batch, largest_offset=last, largest_timestamp_ms=stamp)
-            self._log_end_offset = last + 1
-            flushed = False
-            flush_time_s = 0.0
-            if self._rp.appended(count):
-                started = time.perf_counter()
-                with self._fatal_on_storage_error():
-                    segment.flush_log()  # A2
-                flush_time_s = time.perf_counter() - started
-                self._rp.flushed(self._log_end_offset)
-                flushed = True
-            info = AppendInfo(
-                first_offset=first,
-                last_offset=last,
-                timestamp_ms=stamp,
-                size_bytes=size,
-                segment_base_offset=segment.base_offset,
-                flushed=flushed,
-                flush_time_s=flush_time_s,
+            info = self._append_locked(batch, len(records), stamp)
+        self._observe(info)
+        return info
+
+    def append_transactional(
+        self,
+        records: Sequence[tuple[bytes | None, bytes | None]],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Headers] | None = None,
+    ) -> AppendInfo:
+        """Append ``records`` as one transactional batch of ``producer_id`` (attribute bit 4).
+
+        The first such batch of a producer opens its transaction at the
+        batch's base offset; the transaction stays open (its data invisible to
+        ``read_committed`` readers, the last stable offset held at its first
+        offset) until :meth:`append_marker`.  The base sequence is the
+        producer's next one in this partition, as a broker would validate it.
+        An epoch below the producer's latest raises
+        :class:`~changelog.errors.ProducerFencedError`; otherwise as :meth:`append`.
+        """
+        self._check_open()
+        stamp = self._clock() if timestamp_ms is None else timestamp_ms
+        with self.lock:
+            self._check_open()
+            self._check_epoch(producer_id, producer_epoch)
+            batch = bytearray(
+                encode_batch(
+                    0,
+                    records,
+                    timestamp_ms=stamp,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    base_sequence=self._producers.next_sequence(producer_id, producer_epoch),
+                    is_transactional=True,
+                    headers=headers,
+                    compression=self._compression,
+                )
             )
+            self._check_batch(records, batch)
+            info = self._append_locked(batch, len(records), stamp, producer_state=True)
+        self._observe(info)
+        return info
+
+    def append_marker(
+        self,
+        marker_type: ControlRecordType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int = 0,
+        timestamp_ms: int | None = None,
+    ) -> AppendInfo:
+        """Append a COMMIT or ABORT marker ending ``producer_id``'s transaction (steps M1-M2).
+
+        A marker for a producer with no open transaction is written all the
+        same (an empty transaction, as Kafka's coordinator may write one).  An
+        epoch below the producer's latest raises
+        :class:`~changelog.errors.ProducerFencedError`.  Durable under the
+        flush policy like any append.
+        """
+        self._check_open()
+        stamp = self._clock() if timestamp_ms is None else timestamp_ms
+        with self.lock:
+            self._check_open()
+            self._check_epoch(producer_id, producer_epoch)
+            batch = bytearray(
+                encode_marker_batch(
+                    marker_type,
+                    base_offset=0,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    coordinator_epoch=coordinator_epoch,
+                    timestamp_ms=stamp,
+                )
+            )
+            info = self._append_locked(batch, 1, stamp, producer_state=True)
+        self._observe(info)
+        return info
+
+    def _observe(self, info: AppendInfo) -> None:
         observer = self.append_observer
         if observer is not None:
             observer(info)
-        return info
+
+    def _check_batch(
+        self, records: Sequence[tuple[bytes | None, bytes | None]], batch: bytearray
+    ) -> None:
+        if self._config.compact and None in map(_KEY, records):
+            # Kafka's broker refuses these too: the cleaner could not keep "the latest per key".
+            raise InvalidRecordError("a compacted log cannot accept a record without a key")
+        if len(batch) > self._config.max_message_bytes:
+            raise RecordTooLargeError(len(batch), self._config.max_message_bytes)
+
+    def _check_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        entry = self._producers.entry(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise ProducerFencedError(producer_id, producer_epoch, entry.epoch)
+
+    def _append_locked(
+        self, batch: bytearray, count: int, stamp: int, *, producer_state: bool = False
+    ) -> AppendInfo:
+        """A1-A2 (and M1-M2 for a marker) under ``lock``; ``batch`` is encoded at base offset 0."""
+        size = len(batch)
+        first = self._log_end_offset
+        last = first + count - 1
+        _BASE_OFFSET.pack_into(batch, 0, first)
+        _LEADER_EPOCH.pack_into(batch, _LEADER_EPOCH_POSITION, self._leader_epoch)
+        segment = self._segments.active
+        if segment.should_roll(
+            messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
+        ):
+            segment = self._roll_locked()
+        segment.append(batch, largest_offset=last, largest_timestamp_ms=stamp)  # A1 / M1
+        self._log_end_offset = last + 1
+        if producer_state:
+            self._update_producer_state(segment, bytes(batch))
+        flushed = False
+        flush_time_s = 0.0
+        if self._rp.appended(count):
+            started = time.perf_counter()
+            with self._fatal_on_storage_error():
+                segment.flush_log()  # A2
+            flush_time_s = time.perf_counter() - started
+            self._rp.flushed(self._log_end_offset)
+            flushed = True
+        return AppendInfo(
+            first_offset=first,
+            last_offset=last,
+            timestamp_ms=stamp,
+            size_bytes=size,
+            segment_base_offset=segment.base_offset,
+            flushed=flushed,
+            flush_time_s=flush_time_s,
+        )
+
+    def _update_producer_state(self, segment: LogSegment, batch: bytes) -> None:
+        header = decode_header(batch, 0, path=segment.log_path, end=len(batch), validate=False)
+        if not header.is_control:
+            self._producers.on_data_batch(header)
+            return
+        marker = read_marker(header, batch, path=segment.log_path, position=-1)
+        entry = self._producers.on_marker(header, marker)
+        if entry is not None:
+            with self._fatal_on_storage_error():
+                segment.txn_index.append(entry)  # M2
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
@@ -414,8 +536,36 @@ class Log:
 
     # ----------------------------------------------------------------- reading
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: first offset of the earliest open transaction, else the log end offset.
+
+        A ``read_committed`` reader reads below it only (Kafka's last stable offset).
+        """
+        with self.lock:
+            return self._producers.last_stable_offset(self._log_end_offset)
+
+    def open_transactions(self) -> dict[int, int]:
+        """``{producer id: first offset}`` of the transactions with no marker yet, earliest first."""
+        with self.lock:
+            return self._producers.open_transactions()
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[start_offset, upper_bound_offset)``, from the
+        ``.txnindex`` of the segments from the one holding ``start_offset`` (Kafka's
+        ``collectAbortedTransactions``)."""
+        with self.lock:
+            chosen = self._segments.items[self._segments.floor(start_offset) :]
+            return collect_aborted(
+                (segment.txn_index.entries for segment in chosen), start_offset, upper_bound_offset
+            )
+
     def read_batches(
-        self, start_offset: int = 0, *, max_offset: int | None = None
+        self,
+        start_offset: int = 0,
+        *,
+        max_offset: int | None = None,
+        isolation: IsolationLevel = READ_COMMITTED,
     ) -> Iterator[tuple[BatchHeader, bytes]]:
         """Yield ``(header, batch bytes)`` of every batch holding offsets ``>= start_offset``.
 
@@ -425,20 +575,42 @@ class Log:
         unaffected by later appends, swaps or deletions, whose descriptors stay
         open until the iterator is exhausted or closed.  The bulk path of
         restore and dump: no per-record work.
+
+        ``read_committed`` (the default) yields data batches only, below the
+        last stable offset, without aborted transactions
+        (:mod:`changelog.isolation`); ``read_uncommitted`` yields every batch,
+        control batches included.
         """
-        for _path, _position, header, data in self._located_batches(start_offset, max_offset):
+        located = self._located_batches(start_offset, max_offset, check_isolation(isolation))
+        for _path, _position, header, data in located:
             yield header, data
 
     def _located_batches(
-        self, start_offset: int, max_offset: int | None
+        self, start_offset: int, max_offset: int | None, isolation: IsolationLevel
     ) -> Iterator[tuple[Path, int, BatchHeader, bytes]]:
         """:meth:`read_batches` with each batch's file and position (for error messages)."""
         with self.lock:
             self._check_in_range(start_offset)
+            aborted: list[AbortedTxn] = []
+            if isolation == READ_COMMITTED:
+                lso = self._producers.last_stable_offset(self._log_end_offset)
+                max_offset = lso if max_offset is None else min(max_offset, lso)
+                if start_offset < max_offset:
+                    aborted = self.aborted_transactions(start_offset, max_offset)
             readers, start_position = open_snapshot(self._segments, start_offset)
-        yield from located_batches(readers, start_position, start_offset, max_offset)
+        located = located_batches(readers, start_position, start_offset, max_offset)
+        if isolation == READ_COMMITTED:
+            yield from committed_batches(located, aborted)
+        else:
+            yield from located
 
-    def read(self, start_offset: int = 0, *, max_offset: int | None = None) -> Iterator[Record]:
+    def read(
+        self,
+        start_offset: int = 0,
+        *,
+        max_offset: int | None = None,
+        isolation: IsolationLevel = READ_COMMITTED,
+    ) -> Iterator[Record]:
         """Yield the records with offsets in ``[start_offset, max_offset)`` in offset order.
 
         From inside a gap left by compaction it yields the next record.  Raises
@@ -446,8 +618,11 @@ class Log:
         ``[log_start_offset, log_end_offset]`` and
         :class:`~changelog.errors.CorruptRecordError` (path and position) for
         a batch that fails its CRC or framing.  Control batches are skipped.
+        ``read_committed`` (the default) reads below the last stable offset
+        and skips aborted transactions; ``read_uncommitted`` reads every data
+        record (Kafka's consumer default; :mod:`changelog.isolation`).
         """
-        located = self._located_batches(start_offset, max_offset)
+        located = self._located_batches(start_offset, max_offset, check_isolation(isolation))
         yield from records_in_range(located, start_offset, max_offset)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
@@ -477,6 +652,8 @@ class Log:
                 return offset
             self._log_end_offset = self._segments.truncate_to(offset)  # T1, T2
             self._rp.truncated(self._log_end_offset)  # T3
+            # Kafka's truncateAndReload: the producer state of what is left, read again.
+            self._producers = rebuild_producer_state(self._segments.items, self._prefix)
             logger.info(
                 "%struncated to offset %s (log end offset now %s)",
                 self._prefix,

@@ -33,6 +33,8 @@ LAYERS: dict[str, int] = {
     "changelog.log_reader": 5,
     "changelog.replace": 5,
     "changelog.recovery_point": 5,
+    "changelog.producer_state": 5,
+    "changelog.isolation": 5,
     "changelog.loader": 5,
     "changelog.log_dir": 5,
     "changelog.log": 5,

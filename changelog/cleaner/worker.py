@@ -80,7 +80,7 @@ is set once per child (each pass runs in a fresh one)."""
 def _cleaned_files(directory: Path, base_offset: int) -> list[Path]:
     return [
         directory / (files.segment_file_name(base_offset, kind) + files.CLEANED_SUFFIX)
-        for kind in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
+        for kind in files.SEGMENT_SUFFIXES
     ]
 
 

@@ -32,8 +32,10 @@ __all__ = [
     "DELETED_SUFFIX",
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
+    "SEGMENT_SUFFIXES",
     "SWAP_SUFFIX",
     "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
     "FaultHook",
     "SimulatedCrash",
     "atomic_write",
@@ -54,6 +56,9 @@ CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
+TXN_INDEX_SUFFIX: Final = ".txnindex"
+SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+"""Every file a segment may have (the ``.txnindex`` only once it has an entry)."""
 CLEANED_SUFFIX: Final = ".cleaned"
 SWAP_SUFFIX: Final = ".swap"
 DELETED_SUFFIX: Final = ".deleted"

@@ -26,6 +26,7 @@ __all__ = [
     "check_headers",
     "check_int",
     "check_pairs",
+    "check_producer_state",
     "check_timestamp",
 ]
 
@@ -145,17 +146,25 @@ def _bad_record(index: int, record: Record, previous: int, last: int) -> Invalid
     return InvalidRecordError(f"{where}: key and value must be bytes or None")
 
 
-def _check_producer_state(
-    producer_id: int, producer_epoch: int, base_sequence: int, *, is_transactional: bool
+def check_producer_state(
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    *,
+    is_transactional: bool,
+    is_control: bool = False,
 ) -> None:
-    """Kafka's ``MemoryRecordsBuilder.validateProducerState``."""
+    """Kafka's ``MemoryRecordsBuilder.validateProducerState``: a control batch is transactional
+    and carries no sequence; any other batch with a producer id needs an epoch and a sequence."""
     check_int("producer_id", producer_id, NO_PRODUCER_ID, INT64_MAX)
     check_int("producer_epoch", producer_epoch, NO_PRODUCER_EPOCH, INT16_MAX)
     check_int("base_sequence", base_sequence, NO_SEQUENCE, INT32_MAX)
     if is_transactional and producer_id == NO_PRODUCER_ID:
         raise InvalidRecordError("a transactional batch needs a producer id")
+    if is_control and not is_transactional:
+        raise InvalidRecordError("a control batch must be transactional")
     if producer_id != NO_PRODUCER_ID and (
-        producer_epoch == NO_PRODUCER_EPOCH or base_sequence == NO_SEQUENCE
+        producer_epoch == NO_PRODUCER_EPOCH or (base_sequence == NO_SEQUENCE and not is_control)
     ):
         raise InvalidRecordError("a producer id needs a producer epoch and a base sequence")
 
@@ -172,13 +181,18 @@ def check_encode_records_args(
     base_sequence: int,
     partition_leader_epoch: int,
     is_transactional: bool,
+    is_control: bool = False,
 ) -> Sequence[Record]:
     check_int("base_offset", base_offset, 0, INT64_MAX)
     check_int("last_offset_delta", last_offset_delta, 0, min(INT32_MAX, INT64_MAX - base_offset))
     checked = _check_records(records, base_offset, last_offset_delta)
     check_int("partition_leader_epoch", partition_leader_epoch, -1, INT32_MAX)
-    _check_producer_state(
-        producer_id, producer_epoch, base_sequence, is_transactional=is_transactional
+    check_producer_state(
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
     )
     if delete_horizon_ms is not None:
         check_int("delete_horizon_ms", delete_horizon_ms, 0, INT64_MAX)

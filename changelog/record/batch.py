@@ -46,6 +46,7 @@ from changelog.record.args import (
     check_headers,
     check_int,
     check_pairs,
+    check_producer_state,
     check_timestamp,
 )
 from changelog.record.body import Headers, Record, decode_body, encode_body
@@ -148,12 +149,18 @@ def encode_batch(
     timestamp_ms: int,
     headers: Sequence[Headers] | None = None,
     compression: Compression | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
 ) -> bytes:
     """Encode ``(key, value)`` pairs as one batch: the append path.
 
     Offsets are dense from ``base_offset``; every record gets the CreateTime
-    ``timestamp_ms``; producer id/epoch/sequence are -1 and the partition
-    leader epoch is :data:`PARTITION_LEADER_EPOCH`.  Keys and values must be
+    ``timestamp_ms``; the partition leader epoch is
+    :data:`PARTITION_LEADER_EPOCH`.  Producer id, epoch and base sequence are
+    -1 unless given; ``is_transactional`` sets attribute bit 4 (a batch of a
+    transaction, which then needs all three; see :mod:`changelog.record.control`).  Keys and values must be
     ``bytes`` or ``None`` (a ``None`` value is a tombstone); ``headers``, if
     given, holds one tuple of ``(str, bytes | None)`` pairs per record (Kafka
     record headers).  With ``compression`` the records are compressed as
@@ -162,13 +169,26 @@ def encode_batch(
     """
     if _FAST is None:
         return encode_batch_py(
-            base_offset, pairs, timestamp_ms=timestamp_ms, headers=headers, compression=compression
+            base_offset,
+            pairs,
+            timestamp_ms=timestamp_ms,
+            headers=headers,
+            compression=compression,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            is_transactional=is_transactional,
         )
     pairs = check_pairs(pairs)
     check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
     check_timestamp("timestamp_ms", timestamp_ms)
     per_record = check_headers(headers, len(pairs))
-    builder = _FAST[1](MAGIC, 0, 0, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, INT32_MAX)
+    check_producer_state(
+        producer_id, producer_epoch, base_sequence, is_transactional=is_transactional
+    )
+    builder = _FAST[1](
+        MAGIC, 0, int(is_transactional), producer_id, producer_epoch, base_sequence, INT32_MAX
+    )
     append = builder.append
     no_headers: list[tuple[str, bytes | None]] = []
     delta = 0
@@ -201,12 +221,19 @@ def encode_batch_py(
     timestamp_ms: int,
     headers: Sequence[Headers] | None = None,
     compression: Compression | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
 ) -> bytes:
     """Pure-Python reference of :func:`encode_batch` (same contract, same bytes)."""
     pairs = check_pairs(pairs)
     check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
     check_timestamp("timestamp_ms", timestamp_ms)
     per_record = check_headers(headers, len(pairs))
+    check_producer_state(
+        producer_id, producer_epoch, base_sequence, is_transactional=is_transactional
+    )
     for index, pair in enumerate(pairs):
         try:
             key, value = pair
@@ -228,13 +255,13 @@ def encode_batch_py(
         buf,
         base_offset=base_offset,
         partition_leader_epoch=PARTITION_LEADER_EPOCH,
-        attributes=0,
+        attributes=TRANSACTIONAL_FLAG_MASK if is_transactional else 0,
         last_offset_delta=len(pairs) - 1,
         base_timestamp=timestamp_ms,
         max_timestamp=timestamp_ms,
-        producer_id=NO_PRODUCER_ID,
-        producer_epoch=NO_PRODUCER_EPOCH,
-        base_sequence=NO_SEQUENCE,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
         records_count=len(pairs),
     )
     return _finish(bytearray(plain), 0, compression)
@@ -283,6 +310,7 @@ def encode_records(
         base_sequence=base_sequence,
         partition_leader_epoch=partition_leader_epoch,
         is_transactional=is_transactional,
+        is_control=is_control,
     )
     if (
         _FAST is None
@@ -364,6 +392,7 @@ def encode_records_py(
         base_sequence=base_sequence,
         partition_leader_epoch=partition_leader_epoch,
         is_transactional=is_transactional,
+        is_control=is_control,
     )
     return _encode_records_py(
         records,

@@ -280,6 +280,17 @@ class SegmentReader:
             yield position, header, buf[offset : offset + size]
             position += size
 
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        """The whole batch at ``position`` (whose header :meth:`headers` gave), CRC-validated.
+
+        For the few batches a header scan needs in full (control batches: the
+        marker is in the record); a torn or corrupt batch raises
+        :class:`CorruptRecordError` naming the file and position.
+        """
+        data = self._pread(header.size_in_bytes, position)
+        self._decode(data, position, self.end_position, validate=True)
+        return data
+
     def position_of(self, offset: int, start_position: int = 0) -> int | None:
         """Position of the first batch from ``start_position`` whose last offset is ``>= offset``."""
         for position, header in self.headers(start_position):

@@ -38,6 +38,7 @@ from changelog.segment.indexes import SegmentIndexes, write_extents
 from changelog.segment.offset_index import OffsetIndex, OffsetPosition
 from changelog.segment.reader import SegmentReader, SharedLogFile
 from changelog.segment.time_index import TimeIndex
+from changelog.segment.txn_index import TransactionIndex
 
 __all__ = ["LogSegment", "SegmentReader", "roll_jitter_ms"]
 
@@ -78,6 +79,7 @@ class LogSegment:
         indexes: SegmentIndexes,
         created_ms: int,
         jitter_ms: int,
+        txn_index: TransactionIndex | None = None,
     ) -> None:
         """Assemble a segment from opened parts; use :meth:`create` or :meth:`open`."""
         self._dir = directory
@@ -87,6 +89,12 @@ class LogSegment:
         self._file = log
         self._size = size
         self._indexes = indexes
+        self.txn_index = (
+            txn_index
+            if txn_index is not None
+            else TransactionIndex.open(self._path(files.TXN_INDEX_SUFFIX), base_offset)
+        )
+        """The aborted transaction index (``.txnindex``, :mod:`changelog.segment.txn_index`)."""
         self._created_ms = created_ms
         self.roll_jitter_ms = jitter_ms
         """Random amount subtracted from ``segment_ms`` for this segment."""
@@ -464,6 +472,7 @@ class LogSegment:
         fd = self._file.require()
         position = self.translate_offset(offset)
         self._indexes.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = 0
         if position is not None:
             removed = self._size - position
@@ -491,9 +500,10 @@ class LogSegment:
     # ----------------------------------------------------------------- durability and lifecycle
 
     def flush(self) -> None:
-        """fsync the ``.log`` and both indexes."""
+        """fsync the ``.log``, both indexes and the ``.txnindex`` (if it exists)."""
         files.fsync_fd(self._file.require(), self.log_path, "segment.flush")
         self._indexes.flush()
+        self.txn_index.flush()
 
     def flush_log(self) -> None:
         """fsync the ``.log`` only (the append path: indexes are rebuilt after a crash)."""
@@ -505,17 +515,19 @@ class LogSegment:
             return
         try:
             self._indexes.close()
+            self.txn_index.close()
         finally:
             self._file.close()
 
     def delete(self) -> None:
-        """Close the segment and delete its three files (missing files are fine)."""
+        """Close the segment and delete its files (missing files are fine)."""
         self.close()
-        for kind in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX):
+        for kind in files.SEGMENT_SUFFIXES:
             files.delete_file(self._path(kind), "segment.delete")
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename the three files from ``<name><old_suffix>`` to ``<name><new_suffix>``.
+        """Rename the files (``.log``, indexes, ``.txnindex`` if there is one) from
+        ``<name><old_suffix>`` to ``<name><new_suffix>``.
 
         Each rename is a :mod:`changelog.fs.files` fault point and is followed by
         an fsync of the directory.  The open descriptors stay valid.
@@ -524,7 +536,7 @@ class LogSegment:
             raise ChangelogError(
                 f"{self._prefix}suffix is {self._suffix!r}, cannot rename from {old_suffix!r}"
             )
-        for kind in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX):
+        for kind in files.SEGMENT_SUFFIXES:
             base = self._dir / files.segment_file_name(self._base_offset, kind)
             src = base.with_name(base.name + old_suffix)
             dst = base.with_name(base.name + new_suffix)
@@ -533,3 +545,4 @@ class LogSegment:
         self._suffix = new_suffix
         self._file.path = self._path(files.LOG_SUFFIX)
         self._indexes.set_paths(self._path(files.INDEX_SUFFIX), self._path(files.TIME_INDEX_SUFFIX))
+        self.txn_index.set_path(self._path(files.TXN_INDEX_SUFFIX))
