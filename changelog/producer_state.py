@@ -48,6 +48,7 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from changelog.errors import CorruptRecordError
 from changelog.limits import INT32_MAX
 from changelog.record.control import ControlRecordType, EndTransactionMarker, read_marker
 from changelog.record.header import NO_PRODUCER_ID, BatchHeader
@@ -163,17 +164,24 @@ def rebuild_producer_state(segments: Sequence[LogSegment], prefix: str) -> Produ
     for segment in segments:
         aborted: list[AbortedTxn] = []
         with segment.open_reader() as reader:
-            for position, header in reader.headers():
-                if header.producer_id == NO_PRODUCER_ID:
-                    continue
-                if not header.is_control:
-                    state.on_data_batch(header)
-                    continue
-                data = reader.read_batch(position, header)
-                marker = read_marker(header, data, path=reader.path, position=position)
-                entry = state.on_marker(header, marker)
-                if entry is not None:
-                    aborted.append(entry)
+            try:
+                for position, header in reader.headers():
+                    if header.producer_id == NO_PRODUCER_ID:
+                        continue
+                    if not header.is_control:
+                        state.on_data_batch(header)
+                        continue
+                    data = reader.read_batch(position, header)
+                    marker = read_marker(header, data, path=reader.path, position=position)
+                    entry = state.on_marker(header, marker)
+                    if entry is not None:
+                        aborted.append(entry)
+            except CorruptRecordError:
+                # Headers are not under a CRC check here: a damaged length shows up
+                # one batch later.  The CRC-checked read names the batch that is bad.
+                for _ in reader.batches():
+                    pass
+                raise
         had = len(segment.txn_index)
         problem = segment.txn_index.problem
         if segment.txn_index.replace_entries(aborted):
