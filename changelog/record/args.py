@@ -154,15 +154,13 @@ def check_producer_state(
     is_transactional: bool,
     is_control: bool = False,
 ) -> None:
-    """Kafka's ``MemoryRecordsBuilder.validateProducerState``: a control batch is transactional
-    and carries no sequence; any other batch with a producer id needs an epoch and a sequence."""
+    """Kafka's ``MemoryRecordsBuilder.validateProducerState``: a batch with a producer id needs
+    an epoch, and a sequence unless it is a control batch (a marker carries none)."""
     check_int("producer_id", producer_id, NO_PRODUCER_ID, INT64_MAX)
     check_int("producer_epoch", producer_epoch, NO_PRODUCER_EPOCH, INT16_MAX)
     check_int("base_sequence", base_sequence, NO_SEQUENCE, INT32_MAX)
     if is_transactional and producer_id == NO_PRODUCER_ID:
         raise InvalidRecordError("a transactional batch needs a producer id")
-    if is_control and not is_transactional:
-        raise InvalidRecordError("a control batch must be transactional")
     if producer_id != NO_PRODUCER_ID and (
         producer_epoch == NO_PRODUCER_EPOCH or (base_sequence == NO_SEQUENCE and not is_control)
     ):

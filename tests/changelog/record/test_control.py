@@ -182,11 +182,6 @@ def test_bad_marker_arguments_are_refused(field: str, value: int) -> None:
         encode_marker_batch(ControlRecordType.COMMIT, **args)
 
 
-def test_a_control_batch_must_be_transactional() -> None:
-    with pytest.raises(InvalidRecordError, match="transactional"):
-        encode_records([], base_offset=0, last_offset_delta=0, is_control=True)
-
-
 def test_transactional_data_batch_carries_producer_fields() -> None:
     from changelog.record.batch import encode_batch, encode_batch_py  # noqa: PLC0415
 
