@@ -29,19 +29,13 @@ from typing import Any
 
 import pytest
 
+from examples.balances.cluster_demo import FAST_GROUP_BROKER_SETTINGS
 from scripts.kafka.broker import KafkaBroker
 from scripts.kafka.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch, missing_prerequisites
 
 REPO = Path(__file__).resolve().parents[3]
 
-BROKER_OVERRIDES = {
-    "group.consumer.min.heartbeat.interval.ms": "500",
-    "group.consumer.heartbeat.interval.ms": "500",
-    "group.consumer.min.session.timeout.ms": "3000",
-    "group.consumer.session.timeout.ms": "6000",
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-    "log.cleaner.backoff.ms": "100",
-}
+BROKER_OVERRIDES = {**FAST_GROUP_BROKER_SETTINGS, "log.cleaner.backoff.ms": "100"}
 
 
 @pytest.fixture(scope="session")
