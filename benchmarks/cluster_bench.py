@@ -1,0 +1,279 @@
+"""Distributed mode against a real Kafka 4.4 broker on this machine: restore and EOS commits.
+
+    python -m benchmarks.cluster_bench [--size tiny|quick|full] [--reps N]
+
+Cases (medians over interleaved repetitions):
+
+``restore``
+    The same ``restore_keys`` live keys (random order, ~100-byte msgpack values) are
+    restored (a) from a one-partition changelog topic on the broker with
+    :func:`statestore.kafka.restore.restore_partition` (a ``read_committed``
+    consumer, ``fetch.queue.backoff.ms=10``, WriteBatches of 10,000, RocksDB
+    flushed at the end) and (b) from the local changelog by opening a local store
+    with ``restore_mode="full"`` (log load, replay, flush).  Both start from an
+    empty RocksDB with the same options; (b) is the baseline.  The broker shares
+    the two cores with the client, so (a) pays the broker's CPU too.
+``eos``
+    Exactly-once commits with :func:`statestore.kafka.commit.commit_tasks` and a
+    real transactional producer (``retry.backoff.ms=10``, ``linger.ms=5``): each
+    transaction carries ``R`` changelog records (~100 B values) plus the input
+    offsets (``send_offsets_to_transaction`` with a consumer's group metadata),
+    then the RocksDB apply.  ``R`` = 100 and 1,000.  Reported as records/s and
+    transactions/s; no baseline (the at-least-once path with the same records is
+    reported beside it for scale).
+
+Not measured: failover time with and without a standby (standby replicas are not
+built; see docs/scale-out.md).  The JSON line at the end is what
+:mod:`benchmarks.run` would fold in; this script is run on its own (it starts a JVM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._harness import (
+    Result,
+    emit_json,
+    machine_info,
+    make_keys,
+    make_values,
+    median,
+    print_table,
+    scratch_dir,
+)
+from benchmarks.store_bench import open_manager, open_store, packed_pairs, write_store
+
+SIZES = {
+    "tiny": {"restore_keys": 5_000, "txns_100": 20, "txns_1000": 5, "reps": 1},
+    "quick": {"restore_keys": 100_000, "txns_100": 100, "txns_1000": 20, "reps": 3},
+    "full": {"restore_keys": 1_000_000, "txns_100": 300, "txns_1000": 60, "reps": 3},
+}
+
+
+def _broker(work: Path) -> Any:
+    from examples.balances.cluster_demo import FAST_GROUP_BROKER_SETTINGS  # noqa: PLC0415
+    from scripts.kafka.broker import KafkaBroker  # noqa: PLC0415
+    from scripts.kafka.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch  # noqa: PLC0415
+
+    broker = KafkaBroker(fetch(version=CLUSTER_KAFKA_VERSION), work)
+    broker.start(FAST_GROUP_BROKER_SETTINGS)
+    return broker
+
+
+def _produce_changelog(bootstrap: str, topic: str, pairs: list[tuple[bytes, bytes]]) -> int:
+    from confluent_kafka import Producer  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    from statestore.kafka import ChangelogTopicConfig, ensure_changelog_topic  # noqa: PLC0415
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    ensure_changelog_topic(admin, topic, partitions=1, config=ChangelogTopicConfig())
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": "true", "linger.ms": "5"}
+    )
+    for i, (key, value) in enumerate(pairs):
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("changelog records not acknowledged")
+    return len(pairs)
+
+
+def _broker_restore(bootstrap: str, topic: str, db: Path) -> tuple[float, int]:
+    from confluent_kafka import Consumer  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    from statestore.config import RocksDBConfig  # noqa: PLC0415
+    from statestore.kafka.restore import restore_partition  # noqa: PLC0415
+    from statestore.kafka.topics import topic_info, watermarks  # noqa: PLC0415
+    from statestore.stores.engine import RocksDBEngine  # noqa: PLC0415
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    info = topic_info(admin, topic)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-restore",
+            "enable.auto.commit": "false",
+            "auto.offset.reset": "error",
+            "isolation.level": "read_committed",
+            "fetch.queue.backoff.ms": "10",
+        }
+    )
+    try:
+        started = time.perf_counter()
+        low, high = watermarks(admin, topic, [0])[0]
+        engine = RocksDBEngine.open(db, config=RocksDBConfig(), cache=None)
+        count = restore_partition(
+            consumer,
+            engine,
+            store="bench",
+            topic=topic,
+            partition=0,
+            topic_id=info.topic_id,
+            start_offset=low,
+            end_offset=high,
+            batch_records=10_000,
+            stall_timeout_s=60,
+        )
+        seconds = time.perf_counter() - started
+        engine.close()
+    finally:
+        consumer.close()
+    return seconds, count
+
+
+def _local_restore(state_dir: Path) -> float:
+    with open_manager(state_dir) as mgr:
+        started = time.perf_counter()
+        open_store(mgr)
+        return time.perf_counter() - started
+
+
+def case_restore(bootstrap: str, n: int, reps: int) -> list[Result]:
+    keys = make_keys(n)
+    pairs = packed_pairs(keys, make_values(n))
+    topic = f"bench-{time.monotonic_ns()}-changelog"
+    broker_s: list[float] = []
+    local_s: list[float] = []
+    with scratch_dir("cluster-restore") as d:
+        _produce_changelog(bootstrap, topic, pairs)
+        with open_manager(d / "local") as mgr:
+            write_store(open_store(mgr), keys, make_values(n), commit_every=1000)
+        for _ in range(reps):
+            seconds, count = _broker_restore(bootstrap, topic, d / "db")
+            assert count == n, (count, n)
+            shutil.rmtree(d / "db")
+            broker_s.append(seconds)
+            local_s.append(_local_restore(d / "local"))
+    return [
+        Result(
+            name=f"restore from the broker ({n} keys)",
+            value=n / median(broker_s),
+            unit="rec/s",
+            baseline_name="local changelog restore",
+            baseline_value=n / median(local_s),
+            samples=[n / s for s in broker_s],
+            baseline_samples=[n / s for s in local_s],
+            group="cluster",
+            note="broker on the same 2 cores",
+        )
+    ]
+
+
+def _eos_rate(
+    bootstrap: str, records: int, txns: int, guarantee: str, d: Path
+) -> tuple[float, float]:
+    from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    from statestore.config import RocksDBConfig  # noqa: PLC0415
+    from statestore.kafka import (  # noqa: PLC0415
+        ChangelogTopicConfig,
+        TaskStore,
+        ensure_changelog_topic,
+    )
+    from statestore.kafka.commit import StoreTopic, commit_tasks  # noqa: PLC0415
+    from statestore.serdes import BytesSerde  # noqa: PLC0415
+    from statestore.stores.engine import RocksDBEngine  # noqa: PLC0415
+
+    tag = time.monotonic_ns()
+    topic = f"bench-eos-{tag}-changelog"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    info = ensure_changelog_topic(admin, topic, partitions=1, config=ChangelogTopicConfig())
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": "true",
+        "acks": "all",
+        "linger.ms": "5",
+        "retry.backoff.ms": "10",
+    }
+    if guarantee == "exactly_once_v2":
+        settings["transactional.id"] = f"bench-{tag}"
+    producer = Producer(settings)
+    if guarantee == "exactly_once_v2":
+        producer.init_transactions(30)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{tag}"})
+    engine = RocksDBEngine.open(d / f"eos-{tag}", config=RocksDBConfig(), cache=None)
+    store: TaskStore[bytes, bytes] = TaskStore(
+        name="bench", partition=0, engine=engine, key_serde=BytesSerde(), value_serde=BytesSerde()
+    )
+    keys = make_keys(records * 10)
+    value = b"v" * 100
+    try:
+        started = time.perf_counter()
+        for t in range(txns):
+            for i in range(records):
+                store.put(keys[(t * records + i) % len(keys)], value)
+            commit_tasks(
+                producer,
+                guarantee=guarantee,  # type: ignore[arg-type]
+                stores=[StoreTopic(store=store, topic=topic, topic_id=info.topic_id)],
+                outputs=[],
+                offsets=[TopicPartition(topic, 0, t + 1)],
+                group_metadata=consumer.consumer_group_metadata,
+                commit_offsets=lambda tps: consumer.commit(offsets=tps, asynchronous=False),
+                timeout_s=30,
+            )
+        seconds = time.perf_counter() - started
+    finally:
+        store.close()
+        consumer.close()
+    return records * txns / seconds, txns / seconds
+
+
+def case_eos(bootstrap: str, sizes: dict[str, int], reps: int) -> list[Result]:
+    results = []
+    with scratch_dir("cluster-eos") as d:
+        for records, txns in ((100, sizes["txns_100"]), (1000, sizes["txns_1000"])):
+            eos = [_eos_rate(bootstrap, records, txns, "exactly_once_v2", d) for _ in range(reps)]
+            alo = [_eos_rate(bootstrap, records, txns, "at_least_once", d) for _ in range(reps)]
+            results.append(
+                Result(
+                    name=f"EOS commit, {records} records/txn",
+                    value=median([r for r, _ in eos]),
+                    unit="rec/s",
+                    baseline_name="at-least-once commit, same records",
+                    baseline_value=median([r for r, _ in alo]),
+                    samples=[r for r, _ in eos],
+                    baseline_samples=[r for r, _ in alo],
+                    group="cluster",
+                    note=f"{median([t for _, t in eos]):.0f} txn/s",
+                )
+            )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the cases against a broker started here; print the table and the JSON line."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_bench")
+    parser.add_argument("--size", choices=sorted(SIZES), default="quick")
+    parser.add_argument("--reps", type=int)
+    args = parser.parse_args(argv)
+    sizes = SIZES[args.size]
+    reps = args.reps or sizes["reps"]
+    with scratch_dir("cluster-broker") as work:
+        broker = _broker(work / "broker")
+        try:
+            results = case_restore(broker.bootstrap_servers, sizes["restore_keys"], reps)
+            print_table(results)
+            results += case_eos(broker.bootstrap_servers, sizes, reps)
+        finally:
+            broker.kill()
+    print_table(results, title=f"cluster_bench ({args.size}, reps={reps}, medians)")
+    emit_json("cluster", results, extra={"size": args.size, "machine": machine_info()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

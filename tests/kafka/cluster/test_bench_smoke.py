@@ -1,0 +1,16 @@
+"""The distributed-mode benchmark cases run (tiny sizes, the session's broker) and report well-formed rows.
+
+Never checks the numbers: performance is judged by ``python -m benchmarks.cluster_bench``.
+"""
+
+from __future__ import annotations
+
+from benchmarks.cluster_bench import case_eos, case_restore
+from scripts.kafka.broker import KafkaBroker
+
+
+def test_cluster_bench_cases_run(cluster: KafkaBroker) -> None:
+    rows = case_restore(cluster.bootstrap_servers, 300, 1)
+    rows += case_eos(cluster.bootstrap_servers, {"txns_100": 2, "txns_1000": 1}, 1)
+    assert [r.unit for r in rows] == ["rec/s"] * 3
+    assert all(r.value > 0 and r.baseline_value for r in rows)
