@@ -54,6 +54,7 @@ class WriteBuffer:
         """Buffer writes for ``inner``, a restored partition; closing the buffer closes it."""
         self._inner = inner
         self._inner_get = inner.get
+        self._inner_get_many = inner.get_many
         self._pending: dict[bytes, bytes | None] = {}
         self.put: Callable[[bytes, bytes | None], None] = self._pending.__setitem__
         """Buffer a put (``None``: a tombstone) until :meth:`commit` (the dict's own setter: hot path)."""
@@ -81,6 +82,22 @@ class WriteBuffer:
         if value is _MISSING:
             return self._inner_get(key)
         return value  # type: ignore[no-any-return]
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The values of ``keys`` in order, uncommitted writes included (read-your-writes).
+
+        One RocksDB multi-get for all keys; a pending write (or tombstone) of a
+        key replaces what RocksDB returned for it.
+        """
+        values = self._inner_get_many(keys)
+        pending = self._pending
+        if pending:
+            get = pending.get
+            values = [
+                value if (buffered := get(key, _MISSING)) is _MISSING else buffered
+                for key, value in zip(keys, values, strict=True)
+            ]
+        return values
 
     def items(
         self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False

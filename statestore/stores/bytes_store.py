@@ -44,6 +44,10 @@ class BytesStore(Protocol):
         """Value or ``None`` (uncommitted writes included)."""
         ...
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """Values (or ``None``) of ``keys``, in order, uncommitted writes included (one multi-get)."""
+        ...
+
     put: Callable[[bytes, bytes | None], None]
     """Buffer a put (``None``: tombstone); an attribute so that it can be a bound ``dict`` method."""
 

@@ -134,6 +134,8 @@ class ChangeLoggingStore:
         self._state = StoreState.CREATED
         self.get: Callable[[bytes], bytes | None] = engine.get
         """The committed value of a key (the engine's own ``get``: the hot read path)."""
+        self.get_many: Callable[[list[bytes]], list[bytes | None]] = engine.get_many
+        """The committed values of keys, in order (the engine's multi-get)."""
 
     # ------------------------------------------------------------- lifecycle
 

@@ -215,6 +215,15 @@ class RocksDBEngine:
             raise StoreEngineError(self._path, "get", str(exc)) from exc
         return value
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The values of ``keys`` (``None`` where absent), in order: one RocksDB multi-get."""
+        try:
+            values: list[bytes | None] = self._get(keys)
+        except Exception as exc:
+            self._check_open("get")
+            raise StoreEngineError(self._path, "get", str(exc)) from exc
+        return values
+
     def applied_offset(self) -> int | None:
         """The next changelog offset to apply, as stored with the data (``None``: never written)."""
         self._check_open("read applied offset")

@@ -77,6 +77,19 @@ class PartitionedStore:
         """Value of ``key`` from its partition."""
         return self.partition_of(key).get(key)
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """Values of ``keys`` in order: one multi-get per partition that owns some of them."""
+        by_partition: dict[int, list[int]] = {}
+        count = self._count
+        for index, key in enumerate(keys):
+            by_partition.setdefault((murmur2(key) & 0x7FFFFFFF) % count, []).append(index)
+        values: list[bytes | None] = [None] * len(keys)
+        for number, indices in by_partition.items():
+            found = self._partitions[number].get_many([keys[i] for i in indices])
+            for index, value in zip(indices, found, strict=True):
+                values[index] = value
+        return values
+
     def _put(self, key: bytes, value: bytes | None) -> None:
         self.partition_of(key).put(key, value)
 

@@ -253,6 +253,34 @@ class KeyValueStore(Generic[K, V]):
         except Exception as exc:
             raise DeserializationError(self._name, "value", data, str(exc)) from exc
 
+    def get_many(self, keys: Iterable[K], default: V | None = None) -> list[V | None]:
+        """The values of ``keys`` in order (``default`` where absent), uncommitted writes included.
+
+        One RocksDB multi-get per partition instead of one ``get`` per key: for
+        batches of lookups (hundreds to thousands of keys) it is the faster read.
+        A pending put or delete of a key in this store is seen, exactly as by
+        :meth:`get`.
+        """
+        if self._state is not _OPEN:
+            raise self._not_open("get")
+        wanted = keys if isinstance(keys, list) else list(keys)
+        if not (self._bytes_keys and set(map(type, wanted)) <= {bytes}):
+            wanted = [self._key_bytes(key) for key in wanted]
+        found = self._inner.get_many(wanted)  # type: ignore[arg-type]  # K is bytes here
+        de = self._de_value
+        try:
+            if None not in found:  # every key present: the loop runs in C
+                return list(map(de, found))  # type: ignore[arg-type]
+            return [default if data is None else de(data) for data in found]
+        except Exception:  # find the value that failed, to name it
+            for data in found:
+                if data is not None:
+                    try:
+                        de(data)
+                    except Exception as exc:
+                        raise DeserializationError(self._name, "value", data, str(exc)) from exc
+            raise
+
     def __getitem__(self, key: K) -> V:
         """The value of ``key``; ``KeyError`` if absent."""
         value = self.get(key, _MISSING)
