@@ -73,6 +73,16 @@ def test_gets_and_deletes(open_manager: OpenManager) -> None:
     assert m["put-total"] == 1
 
 
+def test_get_many_counts_every_key(open_manager: OpenManager) -> None:
+    manager = open_manager(config=attrs.evolve(NO_CLEANER, metrics_recording_level="DEBUG"))
+    store = manager.store("s")
+    store["a"] = 1
+    assert store.get_many(["a", "b", "c"]) == [1, None, None]
+    m = partition_metrics(manager)
+    assert m["get-total"] == 3
+    assert m["get-latency"]["count"] == 3
+
+
 def test_debug_level_times_every_get(open_manager: OpenManager) -> None:
     manager = open_manager(config=attrs.evolve(NO_CLEANER, metrics_recording_level="DEBUG"))
     store = manager.store("s")
