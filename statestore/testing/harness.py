@@ -253,7 +253,8 @@ class CrashHarness:
             killed=outcome.killed,
             exitcode=process.exitcode,
             result=outcome.result,
-            pid=outcome.pid,
+            # the child's own report, or the pid we spawned when it was killed before reporting
+            pid=outcome.pid if outcome.pid is not None else process.pid,
             elapsed_s=time.monotonic() - started,
         )
         self.runs.append(run)
