@@ -34,6 +34,7 @@ __all__ = [
     "IndexProblem",
     "index_problems",
     "parse_log_dump",
+    "parse_txn_index_dump",
 ]
 
 _BATCH_FIELDS: Final = re.compile(r"(\w+): (\S+)")
@@ -41,6 +42,7 @@ _RECORD: Final = re.compile(
     r"^\| offset: (?P<offset>\d+) (?P<ts_type>\w+): (?P<ts>-?\d+)"
     r" keySize: (?P<key_size>-?\d+) valueSize: (?P<value_size>-?\d+)"
     r" sequence: (?P<sequence>-?\d+) headerKeys: \[(?P<headers>[^\]]*)\]"
+    r"(?: endTxnMarker: (?P<marker>\w+) coordinatorEpoch: (?P<epoch>-?\d+))?"
     r"(?: key: (?P<key>\S*))?(?: payload: (?P<value>\S*))?$"
 )
 _HORIZON: Final = re.compile(r"^OptionalLong(?:\[(-?\d+)\]|\.empty)$")
@@ -60,6 +62,9 @@ class DumpedRecord:
     key: str | None
     value: str | None
     header_keys: tuple[str, ...]
+    marker: str | None = None
+    """``COMMIT`` or ``ABORT`` for the record of a transaction marker (a control batch)."""
+    coordinator_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class DumpedBatch:
     is_control: bool
     is_transactional: bool
     producer_id: int
+    producer_epoch: int
+    base_sequence: int
     partition_leader_epoch: int
     timestamp_type: str
     max_timestamp_ms: int
@@ -122,6 +129,8 @@ def _batch(line: str) -> DumpedBatch:
             is_control=fields["isControl"] == "true",
             is_transactional=fields["isTransactional"] == "true",
             producer_id=int(fields["producerId"]),
+            producer_epoch=int(fields["producerEpoch"]),
+            base_sequence=int(fields["baseSequence"]),
             partition_leader_epoch=int(fields["partitionLeaderEpoch"]),
             timestamp_type=ts_type,
             max_timestamp_ms=int(fields[ts_type]),
@@ -139,6 +148,8 @@ def _record(line: str) -> DumpedRecord:
     value_size = int(match["value_size"])
     key = None if key_size < 0 else (match["key"] or "")
     value = None if value_size < 0 else (match["value"] or "")
+    if match["marker"] is not None:  # a control record: its key and value are not printed
+        key = value = None
     if key is not None and len(key.encode()) != key_size:
         raise DumpFormatError(f"key of {key_size} bytes printed as {key!r}: {line}")
     if value is not None and len(value.encode()) != value_size:
@@ -151,6 +162,8 @@ def _record(line: str) -> DumpedRecord:
         key=key,
         value=value,
         header_keys=headers,
+        marker=match["marker"],
+        coordinator_epoch=None if match["epoch"] is None else int(match["epoch"]),
     )
 
 
@@ -183,6 +196,38 @@ def parse_log_dump(stdout: str) -> dict[Path, DumpedFile]:
         elif line.strip():
             raise DumpFormatError(f"line not understood: {line}")
     return files
+
+
+_TXN_ENTRY: Final = re.compile(
+    r"^version: (?P<version>\d+) producerId: (?P<pid>-?\d+) firstOffset: (?P<first>-?\d+)"
+    r" lastOffset: (?P<last>-?\d+) lastStableOffset: (?P<lso>-?\d+)$"
+)
+
+
+def parse_txn_index_dump(stdout: str) -> dict[Path, list[tuple[int, int, int, int, int]]]:
+    """Parse ``DumpLogSegments`` output of ``.txnindex`` files: per file, its entries as
+    ``(version, producer id, first offset, last offset, last stable offset)``."""
+    found: dict[Path, list[tuple[int, int, int, int, int]]] = {}
+    current: list[tuple[int, int, int, int, int]] | None = None
+    for line in stdout.splitlines():
+        if line.startswith("Dumping "):
+            current = found.setdefault(Path(line.removeprefix("Dumping ")), [])
+            continue
+        match = _TXN_ENTRY.match(line)
+        if match is None or current is None:
+            if line.strip():
+                raise DumpFormatError(f"transaction index line not understood: {line}")
+            continue
+        current.append(
+            (
+                int(match["version"]),
+                int(match["pid"]),
+                int(match["first"]),
+                int(match["last"]),
+                int(match["lso"]),
+            )
+        )
+    return found
 
 
 @dataclass(frozen=True)
