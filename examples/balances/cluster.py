@@ -266,6 +266,7 @@ def run_worker(
     delete_retention_ms: int = 86_400_000,
     staleness_margin_ms: int = 60_000,
     exit_when_idle_s: float | None = None,
+    standby_replicas: int = 0,
 ) -> None:
     """One worker process: run the processor until SIGTERM (events as JSON lines on stdout).
 
@@ -335,6 +336,7 @@ def run_worker(
         commit_interval_ms=commit_interval_ms,
         max_poll_interval_ms=max_poll_interval_ms,
         transaction_timeout_ms=transaction_timeout_ms,
+        num_standby_replicas=standby_replicas,
         changelog=ChangelogTopicConfig(
             delete_retention_ms=delete_retention_ms, staleness_margin_ms=staleness_margin_ms
         ),
@@ -352,6 +354,7 @@ def run_worker(
     _emit("started", instance=instance)
     last_work = time.monotonic()
     assignment: list[int] = []
+    standbys: list[int] = []
     aborted = 0
     try:
         while not stop.stopped:
@@ -360,6 +363,9 @@ def run_worker(
             if processor.assignment != assignment:
                 assignment = processor.assignment
                 _emit("assignment", partitions=assignment)
+            if processor.standby_partitions != standbys:
+                standbys = processor.standby_partitions
+                _emit("standbys", partitions=standbys)
             if processor.aborted != aborted:
                 aborted = processor.aborted
                 error = processor.last_commit_error
@@ -384,6 +390,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--stall-in-txn-after", type=int)
     worker.add_argument("--stall-s", type=float, default=0.0)
     worker.add_argument("--max-poll-interval-ms", type=int, default=300_000)
+    worker.add_argument("--standby-replicas", type=int, default=0)
     worker.add_argument("--transaction-timeout-ms", type=int, default=10_000)
     worker.add_argument("--delete-retention-ms", type=int, default=86_400_000)
     worker.add_argument("--staleness-margin-ms", type=int, default=60_000)
@@ -417,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stall_s=args.stall_s,
             max_poll_interval_ms=args.max_poll_interval_ms,
             transaction_timeout_ms=args.transaction_timeout_ms,
+            standby_replicas=args.standby_replicas,
             delete_retention_ms=args.delete_retention_ms,
             staleness_margin_ms=args.staleness_margin_ms,
         )

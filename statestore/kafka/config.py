@@ -141,6 +141,11 @@ class ProcessorConfig:
     """Records per RocksDB WriteBatch during restore."""
     restore_timeout_ms: int = attrs.field(default=120_000, validator=_at_least(1))
     """A restore that makes no progress for this long fails."""
+    num_standby_replicas: int = attrs.field(default=0, validator=_at_least(0))
+    """``num.standby.replicas``: warm copies of each store partition kept by other members
+    (placement derived from the group membership; see :mod:`statestore.kafka.standby`)."""
+    standby_refresh_ms: int = attrs.field(default=2000, validator=_at_least(100))
+    """How often the group membership is read to place standbys."""
     changelog: ChangelogTopicConfig = attrs.field(factory=ChangelogTopicConfig)
     """Settings of the changelog topics."""
     rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)

@@ -59,6 +59,7 @@ from statestore.kafka.restore import (
     stored_applied_time_ms,
     stored_topic_id,
 )
+from statestore.kafka.standby import StandbyTasks, group_owners, standby_partitions
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
 from statestore.kafka.topics import (
     TopicInfo,
@@ -181,6 +182,8 @@ class Processor:
         self._restore_consumer: Any = None
         self._admin: Any = None
         self._context = ProcessorContext(self)
+        self._standby: StandbyTasks | None = None
+        self._standby_refreshed = 0.0
         self.commits = 0
         """Commits that succeeded."""
         self.aborted = 0
@@ -272,6 +275,26 @@ class Processor:
                 **config.consumer_overrides,
             }
         )
+        if config.num_standby_replicas > 0:
+            self._standby = StandbyTasks(
+                consumer=Consumer(
+                    {
+                        **self._client_config(),
+                        "group.id": f"{config.application_id}-standby",
+                        "enable.auto.commit": "false",
+                        "auto.offset.reset": "earliest",
+                        "isolation.level": "read_committed",
+                        "fetch.queue.backoff.ms": "10",
+                        **config.consumer_overrides,
+                    }
+                ),
+                admin=self._admin,
+                state_dir=self._state_dir,
+                topics=self._topics,
+                rocksdb=config.rocksdb,
+                changelog=config.changelog,
+                wall_clock_ms=self._wall_clock_ms,
+            )
         self._consumer = Consumer(self._consumer_config())
         self._consumer.subscribe(
             list(config.input_topics),
@@ -346,6 +369,10 @@ class Processor:
     def _restore_pending(self) -> None:
         while self._to_restore:
             p, tps = next(iter(self._to_restore.items()))
+            if self._standby is not None:
+                self._standby.release(
+                    p
+                )  # its RocksDB becomes the active one: only the tail replays
             task = self._restore_task(p)
             task.committed = self._committed_offsets(tps)
             task.positions = dict(task.committed)
@@ -486,6 +513,8 @@ class Processor:
             task.positions[topic] = message.offset() + 1
             processed += 1
         self._processed_since_commit += processed
+        if self._standby is not None:
+            self._tend_standbys()
         due = (time.monotonic() - self._last_commit) * 1000 >= self._config.commit_interval_ms
         if due or self._processed_since_commit >= self._config.commit_every_records:
             self._commit(timeout_s=self._config.transaction_timeout_ms / 1000 * 0.8, swallow=True)
@@ -588,6 +617,30 @@ class Processor:
             )
         return self._consumer.consumer_group_metadata()
 
+    def _tend_standbys(self) -> None:
+        """Re-place the standbys from the group membership now and then; apply their changelogs."""
+        assert self._standby is not None
+        now = time.monotonic()
+        if (now - self._standby_refreshed) * 1000 >= self._config.standby_refresh_ms:
+            self._standby_refreshed = now
+            try:
+                owners = group_owners(
+                    self._admin, self._config.application_id, self._config.input_topics[0]
+                )
+            except Exception as exc:  # noqa: BLE001 - placement is best effort; retried next time
+                logger.info("standby placement skipped: %s", exc)
+            else:
+                wanted = standby_partitions(
+                    owners, self._consumer.memberid() or "", self._config.num_standby_replicas
+                )
+                self._standby.refresh(wanted - set(self._tasks) - set(self._to_restore))
+        self._standby.poll()
+
+    @property
+    def standby_partitions(self) -> list[int]:
+        """Partitions whose standby replicas this process keeps, sorted."""
+        return [] if self._standby is None else sorted(self._standby.partitions)
+
     def _drop_all(self) -> None:
         self._outputs = []
         for task in self._tasks.values():
@@ -619,6 +672,9 @@ class Processor:
             finally:
                 self._consumer = None
         self._close_tasks(list(self._tasks))
+        if self._standby is not None:
+            self._standby.close()
+            self._standby = None
         if self._restore_consumer is not None:
             self._restore_consumer.close()
             self._restore_consumer = None

@@ -1,0 +1,226 @@
+"""Standby replicas: warm copies of store partitions this process does not own.
+
+librdkafka's assignors are not pluggable, so standbys cannot be placed through
+the group protocol as Kafka Streams does.  Instead every member derives the
+same placement from the group membership it reads with
+``AdminClient.describe_consumer_groups`` (:func:`standby_partitions`): members
+are sorted by member id into a ring, and the standbys of the partitions owned
+by a member live on the ``num_standby_replicas`` members after it.  Members
+see the same description, so they agree, up to the moment a rebalance is in
+flight; a wrong guess costs only a colder restore, never correctness.
+
+A standby partition (:class:`StandbyTasks`) is a RocksDB directory at the same
+path an active task would use, fed by a dedicated ``read_committed`` consumer
+that tails the changelog partition, in WriteBatches that carry the applied
+offset (and the topic id).  The applied *time* is written only when the
+standby has reached the high watermark, so a standby that lags is never taken
+for fresh by the staleness rule.  When the partition becomes active here, the
+standby is closed first and the active restore continues incrementally from
+its offset: only the tail is replayed.
+
+Thread-safety: not thread-safe; the processor's thread drives it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from statestore.config import RocksDBConfig
+from statestore.kafka.config import ChangelogTopicConfig
+from statestore.kafka.restore import (
+    TOPIC_ID_KEY,
+    applied_meta,
+    plan_broker_restore,
+    stored_applied_time_ms,
+    stored_topic_id,
+)
+from statestore.kafka.topics import TopicInfo, watermarks
+from statestore.stores.engine import RocksDBEngine
+
+__all__ = ["StandbyTasks", "group_owners", "standby_partitions"]
+
+logger = logging.getLogger(__name__)
+
+
+def standby_partitions(
+    owners: Mapping[str, Iterable[int]], member_id: str, replicas: int
+) -> set[int]:
+    """The partitions ``member_id`` keeps standbys of: those owned by the ``replicas``
+    members before it in the ring of sorted member ids (never its own)."""
+    ring = sorted(owners)
+    if replicas < 1 or member_id not in ring or len(ring) < 2:
+        return set()
+    index = ring.index(member_id)
+    own = set(owners[member_id])
+    wanted: set[int] = set()
+    for step in range(1, min(replicas, len(ring) - 1) + 1):
+        wanted.update(owners[ring[(index - step) % len(ring)]])
+    return wanted - own
+
+
+class StandbyTasks:
+    """The standby store partitions of this process and the consumer that tails them.
+
+    Invariants: ``_engines`` holds an open engine for every ``(store, p)`` of every
+    partition in ``_partitions``; the consumer is assigned exactly their changelog
+    partitions, at each engine's applied offset.
+    """
+
+    def __init__(
+        self,
+        *,
+        consumer: Any,
+        admin: Any,
+        state_dir: Path,
+        topics: Mapping[str, TopicInfo],
+        rocksdb: RocksDBConfig,
+        changelog: ChangelogTopicConfig,
+        wall_clock_ms: Callable[[], int],
+    ) -> None:
+        self._consumer = consumer
+        self._admin = admin
+        self._state_dir = state_dir
+        self._topics = dict(topics)
+        self._by_topic = {info.name: name for name, info in self._topics.items()}
+        self._rocksdb = rocksdb
+        self._changelog = changelog
+        self._wall_clock_ms = wall_clock_ms
+        self._engines: dict[tuple[str, int], RocksDBEngine] = {}
+        self._partitions: set[int] = set()
+        self.records_applied = 0
+        """Changelog records applied to standbys so far."""
+
+    @property
+    def partitions(self) -> set[int]:
+        """The partitions kept warm here."""
+        return set(self._partitions)
+
+    def applied_offset(self, store: str, partition: int) -> int | None:
+        """The standby's applied offset (``None``: no standby for it)."""
+        engine = self._engines.get((store, partition))
+        return None if engine is None else engine.applied_offset()
+
+    def refresh(self, wanted: set[int]) -> None:
+        """Keep standbys for exactly ``wanted``: close the others, open and assign the new ones."""
+        for p in sorted(self._partitions - wanted):
+            self.release(p)
+        added = sorted(wanted - self._partitions)
+        if not added:
+            return
+        for p in added:
+            for name in self._topics:
+                self._engines[(name, p)] = self._open(name, p)
+            self._partitions.add(p)
+        self._reassign()
+        logger.info("standby partitions now %s", sorted(self._partitions))
+
+    def _open(self, name: str, p: int) -> RocksDBEngine:
+        info = self._topics[name]
+        path = self._state_dir / f"{name}-{p}"
+        label = f"[{name}-{p} standby]"
+        engine = RocksDBEngine.open(path, config=self._rocksdb, cache=None, label=label)
+        low, high = watermarks(self._admin, info.name, [p])[p]
+        plan = plan_broker_restore(
+            applied_offset=engine.applied_offset(),
+            has_data=not engine.is_empty(),
+            stored_topic=stored_topic_id(engine),
+            applied_time_ms=stored_applied_time_ms(engine),
+            topic_id=info.topic_id,
+            log_start_offset=low,
+            high_watermark=high,
+            now_ms=self._wall_clock_ms(),
+            config=self._changelog,
+        )
+        if plan.rebuild:
+            logger.info("%s rebuilding: %s", label, plan.reason)
+            engine.close(flush=False)
+            RocksDBEngine.destroy(path)
+            engine = RocksDBEngine.open(path, config=self._rocksdb, cache=None, label=label)
+        if engine.applied_offset() is None:
+            engine.write([], plan.start_offset, meta={TOPIC_ID_KEY: info.topic_id.encode()})
+        return engine
+
+    def _reassign(self) -> None:
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        assignment = []
+        for (name, p), engine in sorted(self._engines.items()):
+            assignment.append(
+                TopicPartition(self._topics[name].name, p, engine.applied_offset() or 0)
+            )
+        if assignment:
+            self._consumer.assign(assignment)
+        else:
+            self._consumer.unassign()
+
+    def release(self, p: int) -> None:
+        """Close the standby of partition ``p`` (it is becoming active here, or moved away)."""
+        if p not in self._partitions:
+            return
+        self._partitions.discard(p)
+        for name in self._topics:
+            engine = self._engines.pop((name, p), None)
+            if engine is not None:
+                engine.close()
+        self._reassign()
+
+    def poll(self, max_records: int = 5000, timeout_s: float = 0.0) -> int:
+        """Apply what the changelog partitions have for the standbys; the count applied."""
+        if not self._partitions:
+            return 0
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        messages = self._consumer.consume(max_records, timeout=timeout_s)
+        grouped: dict[tuple[str, int], list[tuple[int, bytes, bytes | None]]] = {}
+        for message in messages:
+            if message.error() is not None or message.key() is None:
+                continue
+            name = self._by_topic.get(message.topic())
+            if name is None or (name, message.partition()) not in self._engines:
+                continue
+            grouped.setdefault((name, message.partition()), []).append(
+                (message.offset(), message.key(), message.value())
+            )
+        for (name, p), entries in grouped.items():
+            engine = self._engines[(name, p)]
+            topic = self._topics[name]
+            position = self._consumer.position([TopicPartition(topic.name, p)])[0].offset
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic.name, p), cached=True
+            )
+            caught_up = high >= 0 and position >= high
+            meta = (
+                applied_meta(topic.topic_id, self._wall_clock_ms())
+                if caught_up
+                else {TOPIC_ID_KEY: topic.topic_id.encode()}
+            )
+            engine.write([(k, v) for _o, k, v in entries], entries[-1][0] + 1, meta=meta)
+            self.records_applied += len(entries)
+        return sum(len(entries) for entries in grouped.values())
+
+    def close(self) -> None:
+        """Close every standby and the consumer."""
+        for p in sorted(self._partitions):
+            for name in self._topics:
+                engine = self._engines.pop((name, p), None)
+                if engine is not None:
+                    engine.close()
+        self._partitions.clear()
+        self._consumer.close()
+
+
+def group_owners(
+    admin: Any, group: str, topic: str, *, timeout_s: float = 5
+) -> dict[str, list[int]]:
+    """``member id -> partitions of topic`` as the group coordinator describes the group."""
+    futures = admin.describe_consumer_groups([group], request_timeout=timeout_s)
+    description = futures[group].result(timeout=timeout_s)
+    owners: dict[str, list[int]] = {}
+    for member in description.members:
+        assignment = member.assignment
+        tps: Sequence[Any] = assignment.topic_partitions if assignment is not None else []
+        owners[member.member_id] = sorted(tp.partition for tp in tps if tp.topic == topic)
+    return owners

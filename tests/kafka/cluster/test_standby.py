@@ -1,0 +1,64 @@
+"""Standby replicas: a failover restores only the tail from the changelog; balances stay exact."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from examples.balances import cluster as balances
+from examples.balances.transactions import generate
+from scripts.kafka.broker import KafkaBroker
+from statestore.kafka import changelog_topic_name
+from statestore.kafka.standby import standby_partitions
+from statestore.kafka.topics import watermarks
+from tests.kafka.cluster.helpers import wait_caught_up
+
+
+def test_placement_is_a_ring_over_sorted_member_ids() -> None:
+    owners = {"b": [2, 3], "a": [0, 1], "c": [4, 5]}
+    assert standby_partitions(owners, "a", 1) == {4, 5}
+    assert standby_partitions(owners, "b", 1) == {0, 1}
+    assert standby_partitions(owners, "c", 2) == {0, 1, 2, 3}
+    assert standby_partitions(owners, "c", 5) == {0, 1, 2, 3}  # never its own
+    assert standby_partitions({"a": [0, 1]}, "a", 1) == set()
+    assert standby_partitions(owners, "unknown", 1) == set()
+
+
+def test_failover_to_a_standby_restores_only_the_tail(
+    cluster: KafkaBroker, workers: Callable[..., Any]
+) -> None:
+    app = "standby"
+    bootstrap = cluster.bootstrap_servers
+    txns = list(generate(2000, 200, seed=8))
+    balances.create_topics(bootstrap, 2, app)
+    first = workers("w1", app, "--standby-replicas", "1")
+    first.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2)
+    second = workers("w2", app, "--standby-replicas", "1")
+    for worker in (first, second):
+        worker.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 1)
+        worker.wait_for(lambda e: e["event"] == "standbys" and len(e["partitions"]) == 1)
+    for start in range(0, 1500, 150):  # ten commits or more: hundreds of changelog records
+        balances.feed(bootstrap, txns[start : start + 150], app)
+        time.sleep(0.3)
+    wait_caught_up(bootstrap, app)
+    time.sleep(2)  # the standbys tail the last commits
+    (moved,) = next(
+        e["partitions"] for e in reversed(first.all_events()) if e["event"] == "assignment"
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = changelog_topic_name(app, balances.STORE_NAME)
+    _low, high = watermarks(admin, topic, [moved])[moved]
+    first.kill()
+    second.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2, 60)
+    restored = [
+        e for e in second.all_events() if e["event"] == "restored" and e["partition"] == moved
+    ]
+    assert restored and not restored[-1]["rebuilt"], restored
+    assert high > 200 and restored[-1]["records"] < high / 10, (restored, high)
+    balances.feed(bootstrap, txns[1500:], app)
+    wait_caught_up(bootstrap, app)
+    ok, detail = balances.verify(bootstrap, txns, app)
+    assert ok, detail
