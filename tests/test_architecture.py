@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "statestore.metrics": 16,
     "statestore.stores.builder": 17,
     "statestore.manager": 18,
+    "statestore.kafka": 18,
     "statestore.cli": 19,
     "statestore.testing": 19,
     "statestore.__init__": 20,
