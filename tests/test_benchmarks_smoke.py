@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import compactness_bench
+from benchmarks import compactness_bench, plots, timeline_bench
 from benchmarks._harness import Result, Target
 from benchmarks.run import STORE_CASES, _last_json_line, _results_from
 
@@ -99,3 +99,38 @@ def test_metrics_bench_runs_and_reports_its_target() -> None:
     rows = {row["name"]: row for row in payload["results"]}
     assert rows["put, commit/1,000, fsync, metrics INFO"]["target"] == "ratio>= 0.97"
     assert {row["baseline_name"] for row in rows.values()} == {"metrics OFF"}
+
+
+def test_plots_draw_every_picture_from_benchmark_json(tmp_path: Path) -> None:
+    """timeline_bench's JSON, a metrics_bench-shaped and a runner-shaped report -> four PNGs,
+    byte-identical when redrawn from the same JSON."""
+    bench = tmp_path / "bench"
+    assert timeline_bench.main(["--quick", "--out", str(bench / "timeline.json")]) == 0
+    row = {
+        "name": "put, commit/1,000, fsync, metrics INFO",
+        "value": 2.0,
+        "samples": [1.9, 2.1],
+        "baseline_name": "metrics OFF",
+        "baseline_value": 2.1,
+        "baseline_samples": [2.0, 2.2],
+        "ratio": 2.0 / 2.1,
+        "target": "ratio>= 0.97",
+        "status": "FAIL",
+    }
+    (bench / "metrics.json").write_text(json.dumps({"results": [row]}))
+    (bench / "store.json").write_text(json.dumps({"scripts": {"store": {"results": [row]}}}))
+    images = tmp_path / "img"
+    assert plots.main(["--bench-dir", str(bench), "--img-dir", str(images)]) == 0
+    names = ["log-size.png", "metrics-overhead.png", "ratios.png", "restore-vs-updates.png"]
+    assert sorted(p.name for p in images.iterdir()) == names
+    first = {name: (images / name).read_bytes() for name in names}
+    assert all(data.startswith(b"\x89PNG") for data in first.values())
+    assert plots.main(["--bench-dir", str(bench), "--img-dir", str(images)]) == 0
+    assert {name: (images / name).read_bytes() for name in names} == first
+
+
+def test_the_performance_page_shows_the_committed_pictures() -> None:
+    text = (ROOT / "docs" / "performance.md").read_text()
+    for name in ("ratios", "metrics-overhead", "log-size", "restore-vs-updates"):
+        assert (ROOT / "docs" / "img" / f"{name}.png").is_file(), name
+        assert f"](img/{name}.png)" in text, name
