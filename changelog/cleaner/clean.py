@@ -16,12 +16,17 @@ records.  Its steps:
    latest for its key; a tombstone that is the latest is dropped once its
    batch's delete horizon has passed (KIP-534) unless it lies at or above the
    log's cleaning barrier.  The first pass that keeps a tombstone stamps its
-   batch with the horizon ``now + delete_retention_ms``.  A batch that loses
-   nothing and needs no stamp is copied byte for byte; a batch that loses
-   everything is dropped, except the last batch of each group (the new
-   segment's last batch), which is kept empty so that the segment's last
-   offset, and so the log end offset, survive a reload.  A group in which nothing
-   changes is not rewritten at all.  (Step 2's code is :mod:`changelog.cleaner.recopy`.)
+   batch with the horizon ``now + delete_retention_ms``.  The codec filters
+   each batch (:func:`changelog.record.filter.filter_batch`, Kafka's
+   ``filterTo``): one that loses nothing and needs no stamp is copied byte
+   for byte, one that loses some is rebuilt in its own codec, one that loses
+   everything is dropped, except (Kafka's rule) the last batch of the
+   cleaning round (its next offset is the first uncleanable offset), kept
+   empty so that the log end offset survives a reload.  So a group can
+   become an empty segment, and empty segments merge with their neighbours
+   in later passes.  A group in which nothing changes is not rewritten at
+   all, unless it holds an empty segment next to others (Kafka rewrites
+   every group; we rewrite those so that empty segments merge away).  (Step 2's code is :mod:`changelog.cleaner.recopy`.)
 3. **Swap** every rewritten group at once: one ``log.replace_segments``
    fsyncs the ``.cleaned`` segments and runs the ``.cleaned -> .swap ->
    .deleted`` protocol under ``log.lock`` (the only time the pass holds it,
@@ -407,6 +412,7 @@ def compact(
     flt = Filter(
         offset_map,
         end_offset=end,
+        upper_bound_offset=inputs.first_uncleanable_offset,
         now_ms=inputs.now_ms,
         delete_retention_ms=inputs.log_config.delete_retention_ms,
         barrier=inputs.barrier,
@@ -427,7 +433,9 @@ def compact(
             changed, group_pending, records, size = scan_group(
                 inputs.name, readers, flt, abort, throttle
             )
-            if not changed:
+            # An empty segment among others merges into them (Kafka rewrites every group).
+            merges = len(group) > 1 and any(source.size_bytes == 0 for source in group)
+            if not changed and not merges:
                 stats.segments_untouched += len(group)
                 stats.records_read += records
                 stats.records_kept += records

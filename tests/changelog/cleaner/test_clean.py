@@ -348,7 +348,9 @@ def test_grouping_respects_size_index_and_int32_offsets() -> None:
     assert [[s.base_offset for s in g] for g in groups] == [[0], [2**31 - 5, 2**31 + 10]]
 
 
-def test_last_batch_of_a_segment_is_kept_empty(tmp_path: Path, clock: Clock) -> None:
+def test_emptied_batches_go_unless_they_end_the_round(tmp_path: Path, clock: Clock) -> None:
+    """Kafka's rule: an emptied batch is kept only when its next offset is the first
+    uncleanable offset (the round's last batch); a segment that empties becomes empty."""
     with open_log(tmp_path, clock, segment_bytes=150) as log:
         log.append([(b"a", b"1")])
         log.append([(b"b", b"1")])
@@ -359,11 +361,55 @@ def test_last_batch_of_a_segment_is_kept_empty(tmp_path: Path, clock: Clock) -> 
         found = [
             (base, h.base_offset, h.last_offset, h.records_count) for base, h, _ in headers(log)
         ]
-        assert (0, 1, 1, 0) in found  # b@1's batch, emptied, keeps offset 1
-        assert all(h[1] != 0 for h in found)  # a@0's batch is gone
+        assert found == [(2, 2, 3, 2)]  # both batches of segment 0 are gone
+        assert [s.base_offset for s in log.segments] == [0, 2, 4]
+        assert log.segments[0].size_bytes == 0
         assert contents(log) == [(2, b"a", b"2"), (3, b"b", b"2")]
     with open_log(tmp_path, clock) as log:
+        assert (log.log_start_offset, log.log_end_offset) == (0, 4)
+
+
+def test_the_last_batch_of_the_round_is_kept_empty(tmp_path: Path, clock: Clock) -> None:
+    with open_log(tmp_path, clock, segment_bytes=150, delete_retention_ms=0) as log:
+        log.append([(b"a", b"1")])
+        log.append([(b"a", None)])  # the round's last batch: a tombstone
+        log.roll()
+        clean_log(log, force=True)  # keeps the tombstone, stamps its horizon (now + 0)
+        clock.now += 1
+        log.append([(b"c", b"1")])
+        log.roll()
+        clean_log(log, force=True)
+        found = [(h.base_offset, h.last_offset, h.records_count) for _base, h, _ in headers(log)]
+        assert (1, 1, 0) not in found  # not the last of this round: gone
+        assert found[-1] == (2, 2, 1)
+    with open_log(tmp_path, clock, segment_bytes=150, delete_retention_ms=0) as log:
+        log.append([(b"c", None)])
+        log.roll()
+        clean_log(log, force=True)
+        clock.now += 1
+        clean_log(log, force=True)
+        found = [(h.base_offset, h.last_offset, h.records_count) for _base, h, _ in headers(log)]
+        assert found == [(3, 3, 0)]  # the round's last batch, emptied, keeps offset 3
         assert log.log_end_offset == 4
+    with open_log(tmp_path, clock) as log:
+        assert log.log_end_offset == 4
+
+
+def test_many_small_segments_over_few_keys_merge(tmp_path: Path, clock: Clock) -> None:
+    """Segments that empty shrink to nothing and merge with their neighbours, pass after pass."""
+    with open_log(tmp_path, clock, segment_bytes=120) as log:
+        for i in range(60):
+            log.append([(b"k%d" % (i % 3), b"v%d" % i)])
+        log.roll()
+        assert len(log.segments) == 61
+        clean_log(log, force=True)  # 60 segments, the last 3 keep their record
+        assert [s.size_bytes > 0 for s in log.segments[:60]] == [False] * 57 + [True] * 3
+        for i in range(60, 63):  # more dirty data: the next pass merges what emptied
+            log.append([(b"k%d" % (i % 3), b"v%d" % i)])
+            log.roll()
+            clean_log(log, force=True)
+        assert len(log.segments) <= 6, [s.size_bytes for s in log.segments]
+        assert latest(log) == {b"k0": b"v60", b"k1": b"v61", b"k2": b"v62"}
 
 
 def test_clean_segment_with_nothing_to_remove_is_not_rewritten(
