@@ -42,6 +42,7 @@ SCRIPTS: dict[str, str] = {
     "cleaner": "benchmarks.cleaner_bench",
     "compactness": "benchmarks.compactness_bench",
     "metrics": "benchmarks.metrics_bench",
+    "compression": "benchmarks.compression_bench",
 }
 """Short name -> module.  ``store`` is ours; the others belong to their modules' owners."""
 

@@ -298,19 +298,29 @@ class KafkaBroker:
         records: Sequence[tuple[str, str | None]],
         *,
         producer_properties: Mapping[str, str] | None = None,
+        headers: Sequence[Sequence[tuple[str, str]]] | None = None,
         timeout_s: float = 120,
     ) -> None:
         """``kafka-console-producer`` with ``parse.key=true``: one ``key<TAB>value`` line per record.
 
         A ``None`` value is sent as a null value (a tombstone) through ``null.marker``.
         Keys and values must not contain tabs or newlines, nor equal :data:`NULL_MARKER`.
+        With ``headers`` (one non-empty list of ``(key, value)`` per record; no ``,``
+        ``:`` tab or newline in them) the lines start with ``k:v,k2:v2<TAB>``
+        (``parse.headers=true``).
         """
         lines = []
-        for key, value in records:
+        for index, (key, value) in enumerate(records):
             for text in (key, value):
                 if text is not None and ("\t" in text or "\n" in text or text == NULL_MARKER):
                     raise ValueError(f"cannot send {text!r} through the console producer")
-            lines.append(f"{key}\t{NULL_MARKER if value is None else value}\n")
+            prefix = ""
+            if headers is not None:
+                pairs = headers[index]
+                if not pairs or any(set(k + v) & set(",:\t\n") for k, v in pairs):
+                    raise ValueError(f"cannot send headers {pairs!r} through the console producer")
+                prefix = ",".join(f"{k}:{v}" for k, v in pairs) + "\t"
+            lines.append(f"{prefix}{key}\t{NULL_MARKER if value is None else value}\n")
         args = [
             "--bootstrap-server",
             self.bootstrap_servers,
@@ -323,8 +333,12 @@ class KafkaBroker:
             "--property",
             f"null.marker={NULL_MARKER}",
         ]
+        if headers is not None:
+            args += ["--property", "parse.headers=true", "--property", "headers.delimiter=\t"]
         for key, value in (producer_properties or {}).items():
             args += ["--producer-property", f"{key}={value}"]
+            if key == "compression.type":  # the tool overrides the property with this option
+                args += ["--compression-codec", value]
         self.dist.run_tool(CONSOLE_PRODUCER, args, stdin_text="".join(lines), timeout_s=timeout_s)
 
     def consume(

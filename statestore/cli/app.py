@@ -108,14 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
         "dump",
         help="print batches and records of segment files, like kafka-dump-log (read-only)",
         description=(
-            "Print the batches (and with --deep-iteration/--print-data the records) of .log files, "
-            "and the entries of .index/.timeindex files, in the format of Kafka's kafka-dump-log.sh. "
-            "PATH is a partition directory or a single segment file."
+            "Print the batches and records of .log files and the entries of .index/.timeindex "
+            "files, line for line as Kafka's kafka-dump-log.sh --deep-iteration --print-data-log "
+            "prints them. PATH is a partition directory (its .deleted/.cleaned/.swap leftovers "
+            "are skipped) or a single segment file."
         ),
     )
     dump.add_argument("paths", type=Path, nargs="+", metavar="PATH")
-    dump.add_argument("--print-data", action="store_true", help="print keys and payloads")
-    dump.add_argument("--deep-iteration", action="store_true", help="print every record")
+    dump.add_argument(
+        "--shallow", action="store_true", help="batch lines only (kafka-dump-log without options)"
+    )
+    dump.add_argument(
+        "--no-data",
+        action="store_true",
+        help="record lines without key: and payload: (kafka-dump-log --deep-iteration)",
+    )
+    dump.add_argument("--print-data", action="store_true", help=argparse.SUPPRESS)  # the default
+    dump.add_argument("--deep-iteration", action="store_true", help=argparse.SUPPRESS)
     _add_formats(dump)
     dump.add_argument("--json", action="store_true", help="machine-readable output")
     dump.set_defaults(func=read_commands.cmd_dump)

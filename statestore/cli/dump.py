@@ -8,10 +8,17 @@ outputs can be compared with ``diff``::
     baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 ...
     | offset: 0 CreateTime: 1700000000000 keySize: 8 valueSize: 3 sequence: -1 headerKeys: [] key: acct-001 payload: 500
 
-Batch lines always; record lines (``| offset: ...``) with ``--deep-iteration``
-or ``--print-data`` (which adds ``key:`` and ``payload:``, decoded with
-``--key-format``/``--value-format``; a tombstone has ``valueSize: -1`` and no
-payload, as in Kafka).  ``.index`` files print ``offset: O position: P`` and
+Batch lines always (with the real ``compresscodec``); by default record lines
+(``| offset: ...``) with ``key:`` and ``payload:``, as Kafka's
+``--deep-iteration --print-data-log`` (``--no-data`` drops key and payload,
+``--shallow`` the record lines).  Keys and payloads are decoded with
+``--key-format``/``--value-format``: ``str`` is Kafka's ``StringDecoder``
+(UTF-8, bad bytes replaced), ``auto`` prints UTF-8 text as text and anything
+else as msgpack or hex.  A tombstone has ``valueSize: -1`` and no payload; a
+control record has no key or payload but ``endTxnMarker: COMMIT
+coordinatorEpoch: 0`` (or ``controlType: ...``), as in Kafka; header keys are
+``[a,b]``.  In a directory, ``.deleted``/``.cleaned``/``.swap`` files are
+skipped; one named on its own is dumped under a line saying what it is.  ``.index`` files print ``offset: O position: P`` and
 ``.timeindex`` files ``timestamp: T offset: O`` (absolute offsets), stopping
 at the first all-zero entry after the first, as Kafka does with preallocated
 index space.  Bytes after the last whole batch are reported as
@@ -29,6 +36,7 @@ Thread-safety: plain functions.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -46,6 +54,7 @@ from changelog.record.batch import (
     decode_records,
     validate_batch,
 )
+from changelog.record.compression import CODEC_NAMES
 from changelog.segment.offset_index import OffsetIndex
 from changelog.segment.time_index import TimeIndex
 from statestore.cli.errors import UsageError
@@ -66,10 +75,10 @@ _SUFFIX_ORDER: Final = {LOG_SUFFIX: 0, INDEX_SUFFIX: 1, TIME_INDEX_SUFFIX: 2}
 
 @attrs.frozen(kw_only=True)
 class DumpOptions:
-    """What ``dump`` prints."""
+    """What ``dump`` prints; the defaults are ``kafka-dump-log --deep-iteration --print-data-log``."""
 
-    print_data: bool = False
-    deep_iteration: bool = False
+    print_data: bool = True
+    deep_iteration: bool = True
     key_format: str = "str"
     value_format: str = "auto"
     as_json: bool = False
@@ -79,7 +88,10 @@ def segment_files(path: Path) -> list[Path]:
     """The segment files to dump for ``path``, in offset order.
 
     ``path`` is a segment file, a partition directory, or a directory above
-    partitions (a state directory): then every partition under it.
+    partitions (a state directory): then every partition under it.  In a
+    directory, the leftovers of the file protocols (``.deleted``, ``.cleaned``,
+    ``.swap``: not part of the log) are skipped; a leftover named on its own
+    is dumped, under a line that says what it is.
     """
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
@@ -94,8 +106,13 @@ def segment_files(path: Path) -> list[Path]:
     for child in path.iterdir():
         parsed = parse_base_offset(child.name)
         if parsed is not None and parsed[1] in _SUFFIX_ORDER and child.is_file():
+            if parsed[2]:  # .deleted, .cleaned or .swap: not part of the log
+                continue
             found.append((parsed[0], _SUFFIX_ORDER[parsed[1]], parsed[2], child))
-    if not found:
+    if not found and not any(
+        (parsed := parse_base_offset(child.name)) is not None and parsed[1] in _SUFFIX_ORDER
+        for child in path.iterdir()
+    ):
         # A state directory (or any directory above partitions): every partition in it.
         return [file for partition in find_partitions(path) for file in segment_files(partition)]
     return [item[3] for item in sorted(found)]
@@ -193,11 +210,21 @@ def _batch_line(batch: _Batch) -> str:
         f"isTransactional: {_bool(h.is_transactional)} isControl: {_bool(h.is_control)} "
         f"deleteHorizonMs: {horizon} position: {batch.position} "
         f"{_timestamp_type(h)}: {h.max_timestamp} size: {h.size_in_bytes} magic: {h.magic} "
-        f"compresscodec: none crc: {h.crc} isvalid: {_bool(batch.crc_valid)}"
+        f"compresscodec: {CODEC_NAMES.get(h.compression, h.compression)} crc: {h.crc} "
+        f"isvalid: {_bool(batch.crc_valid)}"
     )
 
 
-def _display(data: bytes | None, fmt: str) -> str:
+def _display(data: bytes, fmt: str) -> str:
+    """Kafka's ``StringDecoder`` for ``str`` (UTF-8, bad bytes replaced); ``auto`` prints
+    UTF-8 text as text (as Kafka), anything else as msgpack or hex."""
+    if fmt == "str":
+        return data.decode("utf-8", errors="replace")
+    if fmt == "auto":
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
     try:
         value = decode_for_display(data, fmt)
     except ValueError as exc:
@@ -211,20 +238,49 @@ def _record_line(record: Record, header: BatchHeader, options: DumpOptions) -> s
     sequence = (
         NO_SEQUENCE
         if header.base_sequence == NO_SEQUENCE
-        else header.base_sequence + record.offset - header.base_offset
+        else (header.base_sequence + record.offset - header.base_offset) % (2**31)
     )
-    header_keys = "[" + ", ".join(key for key, _ in record.headers) + "]"
+    header_keys = "[" + ",".join(key for key, _ in record.headers) + "]"  # Scala's mkString
     line = (
         f"| offset: {record.offset} {_timestamp_type(header)}: {record.timestamp_ms} "
         f"keySize: {key_size} valueSize: {value_size} sequence: {sequence} "
         f"headerKeys: {header_keys}"
     )
+    if header.is_control:
+        line += _control_text(record)
     if options.print_data and not header.is_control:
         if record.key is not None:
             line += f" key: {_display(record.key, options.key_format)}"
         if record.value is not None:
             line += f" payload: {_display(record.value, options.value_format)}"
     return line
+
+
+_CONTROL_KEY: Final = struct.Struct(">hh")  # ControlRecordType: version, type
+_MARKER_VALUE: Final = struct.Struct(">hi")  # EndTransactionMarker: version, coordinator epoch
+_END_TXN_TYPES: Final = {0: "ABORT", 1: "COMMIT"}
+_CONTROL_TYPES: Final = {
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
+
+
+def _control_text(record: Record) -> str:
+    """What DumpLogSegments appends to a control record's line (its ``ControlRecordType``)."""
+    key = record.key or b""
+    if len(key) < _CONTROL_KEY.size:
+        return " controlType: UNKNOWN(-1)"
+    _version, type_id = _CONTROL_KEY.unpack_from(key)
+    if type_id in _END_TXN_TYPES:
+        value = record.value or b""
+        if len(value) < _MARKER_VALUE.size:
+            return f" endTxnMarker: {_END_TXN_TYPES[type_id]} coordinatorEpoch: <invalid>"
+        _value_version, coordinator_epoch = _MARKER_VALUE.unpack_from(value)
+        return f" endTxnMarker: {_END_TXN_TYPES[type_id]} coordinatorEpoch: {coordinator_epoch}"
+    return f" controlType: {_CONTROL_TYPES.get(type_id, 'UNKNOWN')}({type_id})"
 
 
 def _record_json(record: Record, options: DumpOptions) -> dict[str, Any]:
@@ -268,6 +324,7 @@ def _batch_json(batch: _Batch, options: DumpOptions) -> dict[str, Any]:
         "is_transactional": h.is_transactional,
         "is_control": h.is_control,
         "magic": h.magic,
+        "compression": CODEC_NAMES.get(h.compression, str(h.compression)),
         "crc": h.crc,
         "crc_valid": batch.crc_valid,
     }
@@ -312,6 +369,9 @@ def _dump_index(
     path: Path, data: bytes, base_offset: int, options: DumpOptions, out: TextIO
 ) -> dict[str, Any]:
     entries = read_index_entries(data, base_offset)
+    if not entries and not options.as_json:
+        out.write(f"{path} is empty.\n")  # as DumpLogSegments
+        return {}
     if options.as_json:
         return {
             "file": str(path),
@@ -349,10 +409,15 @@ def dump_paths(paths: list[Path], options: DumpOptions, out: TextIO) -> Iterator
         for file in files:
             parsed = parse_base_offset(file.name)
             assert parsed is not None  # segment_files only returns segment names
-            base_offset, suffix, _protocol = parsed
+            base_offset, suffix, protocol = parsed
             with mapped(file) as data:
                 if not options.as_json:
                     out.write(f"Dumping {file}\n")
+                    if protocol:
+                        out.write(
+                            f"(a {protocol} file: a leftover of the cleaner's or retention's "
+                            "file protocol, not part of the log)\n"
+                        )
                 if suffix == LOG_SUFFIX:
                     doc = _dump_log(file, data, base_offset, options, out)
                 elif suffix == INDEX_SUFFIX:

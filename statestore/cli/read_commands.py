@@ -188,8 +188,8 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
     """Batches and records of segment files, in kafka-dump-log's format (or JSON)."""
     options = DumpOptions(
-        print_data=args.print_data,
-        deep_iteration=args.deep_iteration,
+        print_data=not (args.shallow or args.no_data),
+        deep_iteration=not args.shallow,
         key_format=args.key_format,
         value_format=args.value_format,
         as_json=args.json,

@@ -6,11 +6,13 @@
    ``keep`` (``delete.retention.ms`` = one day) and ``drop`` (``delete.retention.ms=0``),
    with ``segment.bytes=2048`` and small producer batches, each receive the same
    :data:`BATCH_1` through ``kafka-console-producer`` (tombstones via ``null.marker``).
-   ``kafka-console-consumer`` reads ``keep`` back.  Clean shutdown; both partition
+   ``kafka-console-consumer`` reads ``keep`` back.  Four more topics (:data:`COMPRESSED`,
+   ``keep``'s settings and ``compression.type=producer``) get :data:`BATCH_1` with record
+   headers (:data:`HEADERS_1`) from a producer compressing with gzip, snappy, lz4, zstd.  Clean shutdown; both partition
    directories are copied to ``produced/`` (the cleaner's input).
 2. **Clean, cleaner on** (``log.cleaner.backoff.ms=100``, topic
    ``min.cleanable.dirty.ratio=0.01``).  Kafka's cleaner makes its first pass over
-   both topics: dirty section ``[0, base offset of the active segment)``; it keeps
+   every topic: dirty section ``[0, base offset of the active segment)``; it keeps
    tombstones and stamps their batches with a delete horizon of ``now + delete.retention.ms``.
    Kafka 3.9 starts a pass only for dirty data (``LogCleanerManager.grabFilthiestCompactedLog``:
    dirty ratio or ``max.compaction.lag.ms``), so to get the second pass on ``drop``
@@ -40,6 +42,9 @@ from scripts.kafka.kafka_runtime import KafkaDist, KafkaRuntimeError
 __all__ = [
     "BATCH_1",
     "BATCH_2",
+    "CODECS",
+    "COMPRESSED",
+    "HEADERS_1",
     "KafkaScenario",
     "copy_partition",
     "read_kafka_checkpoint",
@@ -53,6 +58,10 @@ KEEP_RETENTION_MS: Final = 86_400_000
 
 KEEP: Final = "keep"
 DROP: Final = "drop"
+CODECS: Final = ("gzip", "snappy", "lz4", "zstd")
+COMPRESSED: Final = {codec: f"z-{codec}" for codec in CODECS}
+"""Topics whose producer compresses with each codec (topic ``compression.type=producer``,
+``delete.retention.ms`` one day, :data:`BATCH_1` with :data:`HEADERS_1`)."""
 
 
 def _batch_1() -> list[tuple[str, str | None]]:
@@ -75,6 +84,10 @@ def _batch_1() -> list[tuple[str, str | None]]:
 
 
 BATCH_1: Final = _batch_1()
+HEADERS_1: Final = [
+    [("i", str(i))] + ([("third", "yes")] if i % 3 == 0 else []) for i in range(len(BATCH_1))
+]
+"""The record headers sent with :data:`BATCH_1` to the :data:`COMPRESSED` topics."""
 BATCH_2: Final[list[tuple[str, str | None]]] = [
     ("n-001", "new-1"),
     ("n-002", "new-2"),
@@ -113,6 +126,8 @@ class KafkaScenario:
     """The broker's own log directory (after both runs), with its checkpoint files."""
     consumed_keep: list[tuple[int, int, str, str | None]]
     """``(offset, timestamp_ms, key, value)`` as ``kafka-console-consumer`` read ``keep`` in run 1."""
+    compressed_first_active: dict[str, int]
+    """Per codec: the base offset of the active segment of its topic during Kafka's first pass."""
     batch_2_offset: int
     """The offset of the first :data:`BATCH_2` record in ``drop`` (= records in :data:`BATCH_1`)."""
     timings: dict[str, float]
@@ -184,27 +199,37 @@ def run_kafka_scenario(dist: KafkaDist, work: Path, *, timeout_s: float = 180) -
         lap("run 1: format + broker start")
         broker.create_topic(KEEP, topic_configs(KEEP_RETENTION_MS), timeout_s=timeout_s)
         broker.create_topic(DROP, topic_configs(0), timeout_s=timeout_s)
-        lap("run 1: create 2 topics")
+        for topic in COMPRESSED.values():
+            configs = {**topic_configs(KEEP_RETENTION_MS), "compression.type": "producer"}
+            broker.create_topic(topic, configs, timeout_s=timeout_s)
+        lap("run 1: create 6 topics")
         broker.produce(KEEP, BATCH_1, producer_properties=_PRODUCER, timeout_s=timeout_s)
         broker.produce(DROP, BATCH_1, producer_properties=_PRODUCER, timeout_s=timeout_s)
-        lap("run 1: produce 2 x 245 records")
+        for codec, topic in COMPRESSED.items():
+            broker.produce(
+                topic,
+                BATCH_1,
+                producer_properties={**_PRODUCER, "compression.type": codec},
+                headers=HEADERS_1,
+                timeout_s=timeout_s,
+            )
+        lap("run 1: produce 6 x 245 records")
         consumed = broker.consume(KEEP, len(BATCH_1), timeout_s=timeout_s)
         lap("run 1: consume 245 records")
         broker.stop()
         lap("run 1: broker stop")
         produced = work / "produced"
-        for topic in (KEEP, DROP):
+        topics = (KEEP, DROP, *COMPRESSED.values())
+        for topic in topics:
             copy_partition(broker.log_dir / f"{topic}-0", produced)
-        first_active = {t: _active_base_offset(produced / f"{t}-0") for t in (KEEP, DROP)}
+        first_active = {t: _active_base_offset(produced / f"{t}-0") for t in topics}
 
         broker.start(
             {"log.cleaner.enable": "true", "log.cleaner.backoff.ms": "100"}, timeout_s=timeout_s
         )
         lap("run 2: broker start")
-        _wait_for_checkpoint(
-            broker, {(KEEP, 0): first_active[KEEP], (DROP, 0): first_active[DROP]}, timeout_s
-        )
-        lap("run 2: Kafka's first cleaner pass on both topics")
+        _wait_for_checkpoint(broker, {(t, 0): first_active[t] for t in topics}, timeout_s)
+        lap("run 2: Kafka's first cleaner pass on every topic")
         time.sleep(SEGMENT_MS / 1000 + 0.5)  # so that BATCH_2 rolls the active segment
         broker.produce(DROP, BATCH_2, producer_properties=_PRODUCER_ONE_BATCH, timeout_s=timeout_s)
         _wait_for_checkpoint(broker, {(DROP, 0): len(BATCH_1)}, timeout_s)
@@ -212,7 +237,7 @@ def run_kafka_scenario(dist: KafkaDist, work: Path, *, timeout_s: float = 180) -
         broker.stop()
         lap("run 2: broker stop")
         cleaned = work / "cleaned"
-        for topic in (KEEP, DROP):
+        for topic in topics:
             copy_partition(broker.log_dir / f"{topic}-0", cleaned)
     finally:
         broker.kill()
@@ -221,6 +246,7 @@ def run_kafka_scenario(dist: KafkaDist, work: Path, *, timeout_s: float = 180) -
         cleaned=cleaned,
         broker_log_dir=broker.log_dir,
         consumed_keep=consumed,
+        compressed_first_active={c: first_active[t] for c, t in COMPRESSED.items()},
         batch_2_offset=len(BATCH_1),
         timings=timings,
     )
