@@ -6,7 +6,7 @@ shows: every codec, record headers, tombstones, null keys, a LogAppendTime
 batch, a transactional batch and its COMMIT marker, batches our cleaner
 emptied or stamped with a delete horizon, and the offset and time indexes
 of a real partition.  The remaining, documented differences
-(``docs/kafka-compatibility.md``, "Tools") are values that are not UTF-8,
+(``docs/kafka-compatibility.md``, "Dump matches DumpLogSegments") are values that are not UTF-8,
 which Kafka prints as mojibake and we as msgpack or hex; the test data avoids
 them on purpose, and one test shows the difference.
 """
