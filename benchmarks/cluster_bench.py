@@ -22,8 +22,13 @@ Cases (medians over interleaved repetitions):
     transactions/s; no baseline (the at-least-once path with the same records is
     reported beside it for scale).
 
-Not measured: failover time with and without a standby (standby replicas are not
-built; see docs/scale-out.md).  The JSON line at the end is what
+``failover``
+    Two worker processes of ``examples.balances.cluster`` over two partitions, with
+    ``--standby-replicas`` 0 (baseline) and 1; ``failover_txns`` transactions fed in
+    ten chunks, then the owner of one partition is ``kill -9`` ed (idle, no open
+    transaction).  Reported: seconds from the kill until the survivor runs the moved
+    partition (dominated by the broker's 6 s session timeout here), and the changelog
+    records its restore replayed.  The JSON line at the end is what
 :mod:`benchmarks.run` would fold in; this script is run on its own (it starts a JVM).
 """
 
@@ -48,9 +53,27 @@ from benchmarks._harness import (
 from benchmarks.store_bench import open_manager, open_store, packed_pairs, write_store
 
 SIZES = {
-    "tiny": {"restore_keys": 5_000, "txns_100": 20, "txns_1000": 5, "reps": 1},
-    "quick": {"restore_keys": 100_000, "txns_100": 100, "txns_1000": 20, "reps": 3},
-    "full": {"restore_keys": 1_000_000, "txns_100": 300, "txns_1000": 60, "reps": 3},
+    "tiny": {
+        "restore_keys": 5_000,
+        "txns_100": 20,
+        "txns_1000": 5,
+        "failover_txns": 500,
+        "reps": 1,
+    },
+    "quick": {
+        "restore_keys": 100_000,
+        "txns_100": 100,
+        "txns_1000": 20,
+        "failover_txns": 5_000,
+        "reps": 3,
+    },
+    "full": {
+        "restore_keys": 1_000_000,
+        "txns_100": 300,
+        "txns_1000": 60,
+        "failover_txns": 20_000,
+        "reps": 3,
+    },
 }
 
 
@@ -254,6 +277,76 @@ def case_eos(bootstrap: str, sizes: dict[str, int], reps: int) -> list[Result]:
     return results
 
 
+def _failover_once(bootstrap: str, txns: int, standbys: int, work: Path) -> tuple[float, int]:
+    from examples.balances import cluster  # noqa: PLC0415
+    from examples.balances.cluster_demo import WorkerProcess  # noqa: PLC0415
+    from examples.balances.transactions import generate  # noqa: PLC0415
+
+    app = f"failover-{time.monotonic_ns()}"
+    data = list(generate(txns, 1000, 12))
+    cluster.create_topics(bootstrap, 2, app)
+    extra = ("--standby-replicas", str(standbys))
+    first = WorkerProcess(bootstrap, app, work, f"{app}-a", *extra)
+    workers = [first]
+    try:
+        first.wait(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2)
+        second = WorkerProcess(bootstrap, app, work, f"{app}-b", *extra)
+        workers.append(second)
+        for w in workers:
+            w.wait(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 1)
+            if standbys:
+                w.wait(lambda e: e["event"] == "standbys" and len(e["partitions"]) == 1)
+        chunk = max(1, txns // 10)
+        for start in range(0, txns, chunk):
+            cluster.feed(bootstrap, data[start : start + chunk], app)
+            time.sleep(0.2)
+        deadline = time.monotonic() + 300
+        while cluster.group_lag(bootstrap, app) != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the group did not catch up")
+            time.sleep(0.2)
+        time.sleep(2)  # standbys tail the last commits
+        first.kill()
+        killed = time.perf_counter()
+        second.wait(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2, 120)
+        seconds = time.perf_counter() - killed
+        restored = [e for e in second.events if e["event"] == "restored"]
+        return seconds, int(restored[-1]["records"])
+    finally:
+        for w in workers:
+            w.stop()
+
+
+def case_failover(bootstrap: str, txns: int, reps: int) -> list[Result]:
+    runs: dict[int, list[tuple[float, int]]] = {0: [], 1: []}
+    with scratch_dir("cluster-failover") as d:
+        for _ in range(reps):
+            for standbys in (1, 0):
+                runs[standbys].append(_failover_once(bootstrap, txns, standbys, d))
+    with_s, without = runs[1], runs[0]
+    return [
+        Result(
+            name=f"failover with a standby ({txns} txns)",
+            value=median([s for s, _ in with_s]),
+            unit="s",
+            baseline_name="without a standby",
+            baseline_value=median([s for s, _ in without]),
+            samples=[s for s, _ in with_s],
+            baseline_samples=[s for s, _ in without],
+            group="cluster",
+            note="kill -9 until the survivor runs the partition; 6 s session timeout",
+        ),
+        Result(
+            name="records replayed at failover, with a standby",
+            value=median([float(r) for _, r in with_s]),
+            unit="records",
+            baseline_name="without a standby",
+            baseline_value=median([float(r) for _, r in without]),
+            group="cluster",
+        ),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the cases against a broker started here; print the table and the JSON line."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_bench")
@@ -268,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             results = case_restore(broker.bootstrap_servers, sizes["restore_keys"], reps)
             print_table(results)
             results += case_eos(broker.bootstrap_servers, sizes, reps)
+            print_table(results)
+            results += case_failover(broker.bootstrap_servers, sizes["failover_txns"], reps)
         finally:
             broker.kill()
     print_table(results, title=f"cluster_bench ({args.size}, reps={reps}, medians)")

@@ -33,7 +33,7 @@ from typing import Any, Final
 from examples.balances import cluster
 from examples.balances.transactions import generate
 
-__all__ = ["FAST_GROUP_BROKER_SETTINGS", "main", "run_demo"]
+__all__ = ["FAST_GROUP_BROKER_SETTINGS", "WorkerProcess", "main", "run_demo"]
 
 FAST_GROUP_BROKER_SETTINGS: Final = {
     "group.consumer.min.heartbeat.interval.ms": "500",
@@ -49,8 +49,11 @@ of their ``transaction.timeout.ms`` (default check interval 10 s)."""
 _REPO: Final = Path(__file__).resolve().parents[2]
 
 
-class _Worker:
-    """A worker process and the JSON events it prints (read by a thread)."""
+class WorkerProcess:
+    """A worker process of :mod:`examples.balances.cluster` and the JSON events it prints.
+
+    A reader thread collects the events; :meth:`seen` and :meth:`wait` look at them.
+    """
 
     def __init__(self, bootstrap: str, app: str, work: Path, instance: str, *extra: str) -> None:
         self.instance = instance
@@ -93,10 +96,12 @@ class _Worker:
                     self.events.append(event)
 
     def seen(self, predicate: Callable[[dict[str, Any]], bool]) -> bool:
+        """Whether an event so far satisfies ``predicate``."""
         with self._lock:
             return any(predicate(e) for e in self.events)
 
     def wait(self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float = 90) -> None:
+        """Wait until :meth:`seen` holds (``RuntimeError`` if the worker dies or time runs out)."""
         deadline = time.monotonic() + timeout_s
         while not self.seen(predicate):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -106,11 +111,13 @@ class _Worker:
             time.sleep(0.05)
 
     def kill(self) -> None:
+        """``kill -9`` the worker's process group."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """SIGTERM (a clean close), then release the pipes and the log file."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -143,9 +150,9 @@ def run_demo(
     txns = list(generate(count, accounts, 11))
     cluster.create_topics(bootstrap, 6, app)
     workers = [
-        _Worker(bootstrap, app, work, "w1", "--hang-in-txn-after", "3"),
-        _Worker(bootstrap, app, work, "w2"),
-        _Worker(bootstrap, app, work, "w3"),
+        WorkerProcess(bootstrap, app, work, "w1", "--hang-in-txn-after", "3"),
+        WorkerProcess(bootstrap, app, work, "w2"),
+        WorkerProcess(bootstrap, app, work, "w3"),
     ]
     try:
         for worker in workers:
