@@ -54,6 +54,7 @@ from statestore.kafka.commit import (
 from statestore.kafka.config import ProcessorConfig
 from statestore.kafka.errors import KafkaClientError, ProducerFencedError, TransactionAbortedError
 from statestore.kafka.restore import (
+    applied_meta,
     plan_broker_restore,
     restore_partition,
     stored_applied_time_ms,
@@ -340,7 +341,7 @@ class Processor:
         logger.info("revoked %s: committing", revoked)
         deadline_s = self._config.max_poll_interval_ms / 3000
         self._commit(timeout_s=deadline_s, swallow=True)
-        self._close_tasks(revoked)
+        self._close_tasks(revoked, caught_up=True)
         if self._incremental:
             consumer.incremental_unassign(partitions)
         else:
@@ -350,19 +351,35 @@ class Processor:
         lost = sorted({tp.partition for tp in partitions})
         logger.warning("lost %s: closing without commit", lost)
         self._drop_all()
-        self._close_tasks(lost)
+        self._close_tasks(lost, caught_up=False)
         self._rewind_all()
         if self._incremental:
             consumer.incremental_unassign(partitions)
         else:
             consumer.unassign()
 
-    def _close_tasks(self, partitions: Sequence[int]) -> None:
+    def _close_tasks(self, partitions: Sequence[int], *, caught_up: bool) -> None:
+        """Close the tasks of ``partitions``; ``caught_up``: stamp the applied time first.
+
+        After a revoke or a clean close every committed record of the partition
+        is in RocksDB (this process was its only writer since its restore), so
+        the state is current *now*: stamping it keeps a quick restart from
+        being taken for stale.  A lost partition may have had another writer:
+        no stamp.
+        """
+        now_ms = self._wall_clock_ms()
         for p in partitions:
             self._to_restore.pop(p, None)
             task = self._tasks.pop(p, None)
-            if task is not None:
-                task.close()
+            if task is None:
+                continue
+            if caught_up:
+                for name, store in task.stores.items():
+                    store.drop_pending()
+                    store.apply(
+                        store.applied_offset, applied_meta(self._topics[name].topic_id, now_ms)
+                    )
+            task.close()
 
     # -- restore -------------------------------------------------------------------------
 
@@ -671,7 +688,7 @@ class Processor:
                 self._consumer.close()
             finally:
                 self._consumer = None
-        self._close_tasks(list(self._tasks))
+        self._close_tasks(list(self._tasks), caught_up=True)
         if self._standby is not None:
             self._standby.close()
             self._standby = None

@@ -30,7 +30,7 @@ def _run_until_restored(workers: Callable[..., Any], app: str, partitions: int, 
 def test_stale_state_restores_fully(cluster: KafkaBroker, workers: Callable[..., Any]) -> None:
     app = "stale"
     bootstrap = cluster.bootstrap_servers
-    retention = ("--delete-retention-ms", "4000", "--staleness-margin-ms", "0")
+    retention = ("--delete-retention-ms", "10000", "--staleness-margin-ms", "0")
     txns = list(generate(600, 20, seed=4))
     balances.create_topics(bootstrap, 2, app)
     first = _run_until_restored(workers, app, 2, *retention)
@@ -41,7 +41,7 @@ def test_stale_state_restores_fully(cluster: KafkaBroker, workers: Callable[...,
     fresh = _run_until_restored(workers, app, 2, *retention)
     assert [e["rebuilt"] for e in _restored(fresh)] == [False, False], _restored(fresh)
     fresh.stop()
-    time.sleep(4.5)  # older than delete.retention.ms now: tombstones may be gone
+    time.sleep(10.5)  # older than delete.retention.ms now: tombstones may be gone
 
     stale = _run_until_restored(workers, app, 2, *retention)
     events = _restored(stale)
