@@ -52,10 +52,11 @@ from changelog.errors import CorruptRecordError
 from changelog.limits import INT32_MAX
 from changelog.record.control import ControlRecordType, EndTransactionMarker, read_marker
 from changelog.record.header import NO_PRODUCER_ID, BatchHeader
+from changelog.segment.reader import SegmentReader
 from changelog.segment.segment import LogSegment
 from changelog.segment.txn_index import AbortedTxn
 
-__all__ = ["ProducerEntry", "ProducerState", "rebuild_producer_state"]
+__all__ = ["ProducerEntry", "ProducerState", "rebuild_producer_state", "replay_segment"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class ProducerState:
 
 
 def rebuild_producer_state(segments: Sequence[LogSegment], prefix: str) -> ProducerState:
-    """Loader pass L11: replay every batch header of ``segments`` into a new state and make
+    """Loader pass L10: replay every batch header of ``segments`` into a new state and make
     each segment's ``.txnindex`` hold exactly the aborted transactions its markers close.
 
     Reads headers only, plus the whole batch of each control batch (CRC-checked).
@@ -162,26 +163,8 @@ def rebuild_producer_state(segments: Sequence[LogSegment], prefix: str) -> Produ
     """
     state = ProducerState()
     for segment in segments:
-        aborted: list[AbortedTxn] = []
         with segment.open_reader() as reader:
-            try:
-                for position, header in reader.headers():
-                    if header.producer_id == NO_PRODUCER_ID:
-                        continue
-                    if not header.is_control:
-                        state.on_data_batch(header)
-                        continue
-                    data = reader.read_batch(position, header)
-                    marker = read_marker(header, data, path=reader.path, position=position)
-                    entry = state.on_marker(header, marker)
-                    if entry is not None:
-                        aborted.append(entry)
-            except CorruptRecordError:
-                # Headers are not under a CRC check here: a damaged length shows up
-                # one batch later.  The CRC-checked read names the batch that is bad.
-                for _ in reader.batches():
-                    pass
-                raise
+            aborted = replay_segment(state, reader)
         had = len(segment.txn_index)
         problem = segment.txn_index.problem
         if segment.txn_index.replace_entries(aborted):
@@ -194,3 +177,30 @@ def rebuild_producer_state(segments: Sequence[LogSegment], prefix: str) -> Produ
                 f" ({problem})" if problem else "",
             )
     return state
+
+
+def replay_segment(state: ProducerState, reader: SegmentReader) -> list[AbortedTxn]:
+    """Replay one segment's batches into ``state``; the aborted transactions its markers close.
+
+    Reads headers only, plus the whole batch of each control batch (CRC-checked).
+    """
+    aborted: list[AbortedTxn] = []
+    try:
+        for position, header in reader.headers():
+            if header.producer_id == NO_PRODUCER_ID:
+                continue
+            if not header.is_control:
+                state.on_data_batch(header)
+                continue
+            data = reader.read_batch(position, header)
+            marker = read_marker(header, data, path=reader.path, position=position)
+            entry = state.on_marker(header, marker)
+            if entry is not None:
+                aborted.append(entry)
+    except CorruptRecordError:
+        # Headers are not under a CRC check here: a damaged length shows up
+        # one batch later.  The CRC-checked read names the batch that is bad.
+        for _ in reader.batches():
+            pass
+        raise
+    return aborted

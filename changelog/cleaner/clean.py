@@ -90,12 +90,18 @@ from changelog.cleaner.recopy import (
     scan_group,
 )
 from changelog.cleaner.stats import CleanerStats
+from changelog.cleaner.transactions import (
+    CleanedTransactionMetadata,
+    batch_marker,
+    write_cleaned_txn_indexes,
+)
 from changelog.config import CleanerConfig, LogConfig
 from changelog.errors import LogStorageError
 from changelog.fs.files import CLEANED_SUFFIX
 from changelog.record.batch import decode_key_values
 from changelog.segment.reader import SegmentReader
 from changelog.segment.segment import LogSegment
+from changelog.segment.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from changelog.log import Log
@@ -208,6 +214,11 @@ class SourceSegment:
     reader: Any = attrs.field(default=None, eq=False, repr=False)
 
 
+def _aborted_tuples(rows: Any) -> tuple[tuple[int, int, int, int], ...]:
+    """``PassInput.aborted`` from rows (lists, after a trip through JSON to a worker)."""
+    return tuple((int(a), int(b), int(c), int(d)) for a, b, c, d in rows)
+
+
 @attrs.frozen(kw_only=True)
 class PassInput:
     """Everything a pass needs besides its segments (plain values: it can cross a process)."""
@@ -220,6 +231,10 @@ class PassInput:
     now_ms: int
     barrier: int | None
     due_reason: str | None
+    aborted: tuple[tuple[int, int, int, int], ...] = attrs.field(
+        default=(), converter=_aborted_tuples
+    )
+    """The log's aborted transactions overlapping the pass (``.txnindex`` entries as tuples)."""
 
 
 def _open_fd(segment: LogSegment) -> int:
@@ -276,8 +291,24 @@ def snapshot(to_clean: LogToClean) -> tuple[PassInput, list[LogSegment], list[So
             now_ms=0,
             barrier=log.cleaning_barrier_offset,
             due_reason=to_clean.due_reason,
+            aborted=_aborted_rows(log, to_clean.first_uncleanable_offset),
         )
     return inputs, chosen, sources
+
+
+def _aborted_rows(log: Any, upper_bound: int) -> tuple[tuple[int, int, int, int], ...]:
+    """The aborted transactions of ``[log start, upper_bound)`` as plain tuples (under ``log.lock``)."""
+    collect = getattr(log, "aborted_transactions", None)
+    if collect is None or upper_bound <= log.log_start_offset:
+        return ()
+    return tuple(
+        (t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+        for t in collect(log.log_start_offset, upper_bound)
+    )
+
+
+def _txn_metadata(inputs: PassInput) -> CleanedTransactionMetadata:
+    return CleanedTransactionMetadata(AbortedTxn(*row) for row in inputs.aborted)
 
 
 def build_offset_map(
@@ -289,8 +320,13 @@ def build_offset_map(
     stats: CleanerStats,
     abort: Callable[[], bool],
     throttle: Callable[[int], None] | None,
+    txn: CleanedTransactionMetadata | None = None,
 ) -> int:
     """Map keys of ``[start, end)`` to their latest offsets; return the end offset of the map.
+
+    With ``txn`` (the pass's aborted transactions), the records of aborted
+    transactions are not mapped (Kafka's rule: an aborted record never
+    shadows a committed one); markers are followed, never mapped.
 
     The returned offset is ``end`` when everything fitted, else one past the
     last offset mapped before the map filled (always ``> start`` when the
@@ -313,6 +349,11 @@ def build_offset_map(
                 throttle(len(raw))
             stats.map_bytes_read += len(raw)
             if header.is_control:
+                if txn is not None:
+                    txn.on_control_batch(header, batch_marker(header, raw, reader.path, position))
+                offset_map.update_latest_offset(min(header.last_offset, end - 1))
+                continue
+            if txn is not None and txn.on_data_batch(header):  # aborted: never mapped
                 offset_map.update_latest_offset(min(header.last_offset, end - 1))
                 continue
             entries = decode_key_values(raw, path=reader.path, position=position, validate=False)
@@ -405,6 +446,7 @@ def compact(
         stats=stats,
         abort=abort,
         throttle=throttle,
+        txn=_txn_metadata(inputs),
     )
     stats.end_offset = end
     stats.buffer_utilization = offset_map.utilization
@@ -417,6 +459,7 @@ def compact(
         delete_retention_ms=inputs.log_config.delete_retention_ms,
         barrier=inputs.barrier,
         stats=stats,
+        txn=_txn_metadata(inputs),
     )
     groups = group_segments_by_size(
         [source for source in sources if source.base_offset < end],
@@ -430,6 +473,7 @@ def compact(
     try:
         for group in groups:
             readers = [source.reader for source in group]
+            before_scan = flt.txn.copy()
             changed, group_pending, records, size = scan_group(
                 inputs.name, readers, flt, abort, throttle
             )
@@ -443,6 +487,7 @@ def compact(
                 stats.bytes_kept += size
                 pending = min_or_none(pending, group_pending)
                 continue
+            flt.txn = before_scan  # the scan stopped at the first change: rewrite from the start
             cleaned = LogSegment.create(
                 Path(inputs.directory),
                 group[0].base_offset,
@@ -466,6 +511,8 @@ def compact(
             stats.segments_rewritten += len(group)
             stats.groups_swapped += 1
         check_abort(inputs.name, abort)
+        if cleaned_segments:
+            write_cleaned_txn_indexes(groups, cleaned_segments, replaced)
     except Exception:
         for segment in cleaned_segments:  # an abort or a failure: the .cleaned files go
             segment.delete()

@@ -171,6 +171,9 @@ def cleanable_offsets(
     barrier = log.cleaning_barrier_offset
     if barrier is not None:
         candidates.append(_segment_base_containing(log, barrier))
+    lso = log.last_stable_offset
+    if lso < log.log_end_offset:  # Kafka: never clean past the first unstable offset
+        candidates.append(_segment_base_containing(log, lso))
     first_uncleanable = max(first_dirty, min(candidates))
     return first_dirty, first_uncleanable, reset
 

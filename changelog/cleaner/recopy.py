@@ -25,6 +25,12 @@ from typing import Any, Final, Protocol, TypeVar
 
 from changelog.cleaner.offset_map import OffsetMap, key_hashes
 from changelog.cleaner.stats import CleanerStats
+from changelog.cleaner.transactions import (
+    CleanedTransactionMetadata,
+    MarkerOutcome,
+    control_batch_outcome,
+    rewrite_control_batch,
+)
 from changelog.errors import CleanerAbortedError
 from changelog.limits import INT32_MAX
 from changelog.record.batch import BatchHeader
@@ -144,8 +150,12 @@ class Filter:
         delete_retention_ms: int,
         barrier: int | None,
         stats: CleanerStats,
+        txn: CleanedTransactionMetadata | None = None,
     ) -> None:
         self.map = offset_map
+        self.txn = txn if txn is not None else CleanedTransactionMetadata()
+        """The transactions the pass is inside (:mod:`changelog.cleaner.transactions`)."""
+        self._discard = False
         self.end_offset = end_offset
         self.upper_bound_offset = upper_bound_offset
         self.now_ms = now_ms
@@ -156,13 +166,17 @@ class Filter:
         self.pending: int | None = None
 
     def batch_retention(self, header: BatchHeader) -> BatchRetention:
-        """Kafka's ``checkBatchRetention``: keep an emptied batch only at the end of the round."""
+        """Kafka's ``checkBatchRetention``: keep an emptied batch only at the end of the round;
+        a batch of an aborted transaction loses every record (``self.txn``, rule 1)."""
+        self._discard = header.is_transactional and self.txn.on_data_batch(header)
         if header.next_offset == self.upper_bound_offset:
             return BatchRetention.RETAIN_EMPTY
-        return BatchRetention.DELETE_EMPTY
+        return BatchRetention.DELETE if self._discard else BatchRetention.DELETE_EMPTY
 
     def retain(self, header: BatchHeader, entries: list[Entry]) -> Retained:
         """Which entries stay (see the class docstring); a kept tombstone needs a horizon."""
+        if self._discard:  # aborted, kept only as an empty batch ending the round
+            return Retained(())
         end = self.end_offset
         if header.base_offset >= end:  # not mapped: everything stays
             tombstone = None in map(_VALUE, entries) and any(
@@ -252,6 +266,12 @@ def scan_group(
                 records += header.records_count
                 size += len(raw)
                 if header.is_control:
+                    outcome = control_batch_outcome(
+                        flt.txn, header, raw, now_ms=flt.now_ms, path=reader.path, position=position
+                    )
+                    if outcome is not MarkerOutcome.COPY:
+                        return True, None, 0, 0
+                    flt.pending = min_or_none(flt.pending, header.delete_horizon_ms)
                     continue
                 result = filter_batch(
                     raw, header, flt, path=reader.path, position=position, build=False
@@ -318,6 +338,34 @@ def _add(writer: Writer, result: FilteredBatch, stats: CleanerStats) -> None:
     stats.bytes_kept += len(result.data)
 
 
+def _rewrite_control(
+    flt: Filter, writer: Writer, reader: Any, position: int, header: BatchHeader, *, raw: bytes
+) -> None:
+    """A control batch in :func:`rewrite_group`: Kafka's marker rules
+    (:mod:`changelog.cleaner.transactions`), an emptied batch kept only at the end of the round."""
+    outcome = control_batch_outcome(
+        flt.txn, header, raw, now_ms=flt.now_ms, path=reader.path, position=position
+    )
+    if outcome is MarkerOutcome.COPY:
+        writer.add(raw, 0, header.last_offset, header.max_timestamp, header.last_offset)
+        flt.pending = min_or_none(flt.pending, header.delete_horizon_ms)
+        return
+    if outcome is MarkerOutcome.DROP and header.next_offset != flt.upper_bound_offset:
+        return
+    horizon = flt.now_ms + flt.delete_retention_ms
+    data = rewrite_control_batch(
+        header,
+        raw,
+        delete_horizon_ms=horizon,
+        keep_record=outcome is MarkerOutcome.STAMP,
+        path=reader.path,
+        position=position,
+    )
+    writer.add(data, 0, header.last_offset, header.max_timestamp, header.last_offset)
+    if outcome is MarkerOutcome.STAMP:
+        flt.pending = min_or_none(flt.pending, horizon)
+
+
 def rewrite_group(
     name: str,
     readers: Sequence[Any],
@@ -340,7 +388,7 @@ def rewrite_group(
             stats.records_read += header.records_count
             stats.bytes_read += len(raw)
             if header.is_control:
-                writer.add(raw, 0, header.last_offset, header.max_timestamp, header.last_offset)
+                _rewrite_control(flt, writer, reader, position, header, raw=raw)
                 continue
             result = filter_batch(raw, header, flt, path=reader.path, position=position)
             _add(writer, result, stats)

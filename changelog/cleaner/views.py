@@ -71,5 +71,9 @@ class CleanableLog(Protocol):
         """Offset the next append gets."""
 
     @property
+    def last_stable_offset(self) -> int:
+        """First offset of the earliest open transaction, else the log end offset."""
+
+    @property
     def cleaning_barrier_offset(self) -> int | None:
         """No tombstone at or above this offset may be removed (``None``: no barrier)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
 from changelog.fs import files
 from changelog.log import Log
@@ -141,3 +142,34 @@ def test_kafka_reads_our_transactional_segments_and_txnindex(
     indexes = segment_files(directory, ".txnindex")
     dumped = parse_txn_index_dump(kafka_dist.dump_log_segments(indexes).stdout)
     assert {p.name: e for p, e in dumped.items()} == entries
+
+
+def _markers(log: Log) -> list[tuple[int, int]]:
+    return [
+        (h.base_offset, h.producer_id)
+        for h, _ in log.read_batches(0, isolation="read_uncommitted")
+        if h.is_control and h.records_count
+    ]
+
+
+def test_our_cleaner_keeps_exactly_what_kafkas_keeps(
+    txn_scenario: TxnScenario, tmp_path: Path
+) -> None:
+    with Log.open(copy_partition(txn_scenario.cleaned, tmp_path / "kafka"), _config()) as kafkas:
+        kafka_rows = _rows(kafkas, "read_uncommitted")
+        kafka_markers = _markers(kafkas)
+    with Log.open(copy_partition(txn_scenario.produced, tmp_path / "ours"), _config()) as ours:
+        before = _rows(ours, "read_uncommitted")
+        stats = clean_log(ours, force=True)
+        assert stats is not None
+        our_rows = _rows(ours, "read_uncommitted")
+        our_markers = _markers(ours)
+        committed_after = _rows(ours, "read_committed")
+    assert our_rows == kafka_rows
+    assert our_markers == kafka_markers
+    # Not vacuous: the cleaner removed aborted and shadowed records, and kept the committed
+    # value that an aborted record shadowed.
+    assert len(our_rows) < len(before)
+    assert ("shadow", "aborted-0") not in [(k, v) for _o, k, v in our_rows]
+    assert ("shadow", "committed-0") in [(k, v) for _o, k, v in our_rows]
+    assert our_rows == committed_after  # nothing aborted is left below the cleaned range

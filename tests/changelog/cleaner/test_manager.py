@@ -71,6 +71,10 @@ class FakeLog:
     def active_segment(self) -> FakeSegment:
         return self.segments[-1]
 
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log_end_offset
+
 
 def make_log(tmp_path: Path, bases: list[int], name: str = "t-0", **kwargs: Any) -> FakeLog:
     directory = tmp_path / name
