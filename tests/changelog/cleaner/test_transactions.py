@@ -112,8 +112,7 @@ def test_aborted_data_goes_and_never_shadows_a_committed_value(
 def test_markers_are_stamped_then_removed_after_their_horizon(
     log_dir: Path, clock: FakeClock
 ) -> None:
-    # One segment per roll: an emptied batch kept at a segment's end (ours, not Kafka's rule)
-    # would otherwise keep its transaction's marker.
+    # One segment per roll, so every pass reads whole groups.
     config = _config(delete_retention_ms=1000, segment_bytes=1_000_000)
     with Log.open(log_dir, config, clock) as log:
         _build(log)
