@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from changelog.cleaner.manager import log_to_clean
 from changelog.cleaner.service import CleanerService
@@ -104,3 +106,29 @@ def test_tombstones_removed_and_uncleanable_logs(tmp_path: Path) -> None:
     assert m["cleaner-tombstones-removed-total"] == removed
     assert m["uncleanable-partitions-count"] == 1
     assert m["uncleanable-bytes"] == log_to_clean(broken, now_ms=clock.now).dirty_bytes > 0
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_dead_thread_count_counts_cleaner_threads_that_died(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    clock = Clock()
+    logs = [open_log(tmp_path, "d-0", clock)]
+    service = CleanerService(logs, CleanerConfig(threads=2, backoff_ms=10), clock, worker="thread")
+    registry = MetricsRegistry()
+    register_cleaner_metrics(registry, service, lambda: logs)
+    assert cleaner_metrics(registry)["DeadThreadCount"] == 0  # not started
+
+    def die(*_args: Any, **_kwargs: Any) -> None:
+        raise SystemExit  # ends a worker thread silently (threading ignores SystemExit)
+
+    monkeypatch.setattr(service, "run_once", die)
+    service.start()
+    try:
+        deadline = time.monotonic() + 10
+        while cleaner_metrics(registry)["DeadThreadCount"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cleaner_metrics(registry)["DeadThreadCount"] == 2  # the retention thread lives
+    finally:
+        service.close()
+    assert cleaner_metrics(registry)["DeadThreadCount"] == 0  # closed: not "dead"
