@@ -828,7 +828,8 @@ def case_compaction(sz: BenchSizes, reps: int) -> list[Result]:
             name="compaction: records read/s (map + recopy)",
             value=median(rec_rates),
             unit="rec/s",
-            target=Target("value>=", 1_000_000),
+            # Not a target any more: it rewarded re-reading (45 passes read 30.7M records);
+            # passes and time to a clean log are what a user waits for.
             samples=rec_rates,
             note=(
                 f"log {log_bytes / MB:.0f} MiB = {log_bytes / buffer:.0f}x the {buffer / MB:g} MiB "
