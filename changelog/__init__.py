@@ -7,6 +7,7 @@ from changelog.cleaner.service import CleanerService
 from changelog.config import CleanerConfig, LogConfig
 from changelog.errors import (
     ChangelogError,
+    CheckpointMismatchError,
     CleanerAbortedError,
     CorruptCheckpointError,
     CorruptDataError,
@@ -17,6 +18,8 @@ from changelog.errors import (
     InvalidConfigError,
     InvalidRecordError,
     LogClosedError,
+    LogFailedError,
+    LogInconsistencyError,
     LogLockedError,
     LogStorageError,
     OffsetOutOfRangeError,
@@ -30,6 +33,7 @@ __all__ = [
     "AppendInfo",
     "BatchHeader",
     "ChangelogError",
+    "CheckpointMismatchError",
     "CleanerAbortedError",
     "CleanerConfig",
     "CleanerService",
@@ -45,6 +49,8 @@ __all__ = [
     "Log",
     "LogClosedError",
     "LogConfig",
+    "LogFailedError",
+    "LogInconsistencyError",
     "LogLockedError",
     "LogStorageError",
     "OffsetOutOfRangeError",

@@ -10,18 +10,22 @@ The tree::
     ├── RecordTooLargeError         a batch exceeds max_message_bytes
     ├── LogLockedError              another owner holds the partition directory lock
     ├── LogClosedError              the log (or its segment) was used after close()
+    │   └── LogFailedError          the log failed an I/O step and refuses every call until reopened
     ├── OffsetOutOfRangeError       a read or truncation outside [log start, log end]
     ├── ProducerFencedError         a transactional append with an epoch older than the producer's
     ├── CorruptDataError            something on disk is not what was written
     │   ├── CorruptRecordError      a record batch fails its CRC / length / framing checks
     │   ├── CorruptIndexError       an offset or time index fails its sanity check
+    │   ├── LogInconsistencyError   the files disagree: a hole or overlap between segments,
+    │   │                           a segment file missing
     │   └── CorruptCheckpointError  a checkpoint file cannot be parsed
+    │       └── CheckpointMismatchError  a checkpoint that parses but disagrees with the segments
     ├── UnsupportedFormatError      valid Kafka data we do not read (old magic, compression)
     ├── LogStorageError             an OS-level failure (disk full, EIO) wrapping the OSError
     └── CleanerAbortedError         a cleaning pass was aborted (close, truncation)
 
 Every error carries structured fields (``path``, ``position``, ``expected``,
-``actual`` where they apply) besides its message, so operators and tests can
+``actual``, ``offset`` where they apply) besides its message, so operators and tests can
 act on them without parsing text.
 """
 
@@ -31,6 +35,7 @@ from pathlib import Path
 
 __all__ = [
     "ChangelogError",
+    "CheckpointMismatchError",
     "CleanerAbortedError",
     "CorruptCheckpointError",
     "CorruptDataError",
@@ -41,6 +46,8 @@ __all__ = [
     "InvalidConfigError",
     "InvalidRecordError",
     "LogClosedError",
+    "LogFailedError",
+    "LogInconsistencyError",
     "LogLockedError",
     "LogStorageError",
     "OffsetOutOfRangeError",
@@ -97,6 +104,19 @@ class LogClosedError(ChangelogError):
     """A closed log, segment or index was used."""
 
 
+class LogFailedError(LogClosedError):
+    """The log failed an I/O step (write, fsync, rename, truncate) and was abandoned.
+
+    Nothing is acknowledged on top of a partial write: every later call raises
+    this error until the log is reopened, which runs recovery.  ``cause`` is
+    the :class:`LogStorageError` that failed it (also the ``__cause__``).
+    """
+
+    def __init__(self, message: str, cause: LogStorageError) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class OffsetOutOfRangeError(ChangelogError):
     """An offset outside ``[log_start_offset, log_end_offset]`` was requested."""
 
@@ -129,7 +149,8 @@ class CorruptDataError(ChangelogError):
     """Data on disk is not what was written.
 
     ``path`` is the file and ``position`` the byte position of the first bad
-    byte (or of the start of the bad unit: batch, index entry, line).
+    byte (or of the start of the bad unit: batch, index entry, line);
+    ``offset``, when known, the first offset the damage affects.
     """
 
     def __init__(
@@ -140,6 +161,7 @@ class CorruptDataError(ChangelogError):
         *,
         expected: object = None,
         actual: object = None,
+        offset: int | None = None,
     ) -> None:
         where = f"{path}" if position is None else f"{path} at position {position}"
         detail = ""
@@ -151,6 +173,7 @@ class CorruptDataError(ChangelogError):
         self.reason = reason
         self.expected = expected
         self.actual = actual
+        self.offset = offset
 
 
 class CorruptRecordError(CorruptDataError):
@@ -163,6 +186,22 @@ class CorruptIndexError(CorruptDataError):
 
 class CorruptCheckpointError(CorruptDataError):
     """A checkpoint file is truncated or not in Kafka's text format."""
+
+
+class CheckpointMismatchError(CorruptCheckpointError):
+    """A checkpoint file parses but cannot be right for the segments beside it.
+
+    For example a log start offset above the first segment's base offset, or
+    a recovery point above the log end offset.  The open is refused and
+    nothing is changed; ``expected`` and ``actual`` say what would have been
+    plausible and what the file holds.
+    """
+
+
+class LogInconsistencyError(CorruptDataError):
+    """The files of a partition directory disagree with each other: a hole or an overlap
+    between two segments, a segment file missing between others.  ``offset`` is the first
+    offset affected; the open is refused and nothing is changed."""
 
 
 class UnsupportedFormatError(ChangelogError):

@@ -1,44 +1,44 @@
-"""Recovery at open: turn whatever a partition directory holds into a consistent list of segments.
+"""Recovery at open: carry out the plan of :mod:`changelog.load_plan`, pass by pass.
 
-This is Kafka's ``LogLoader``, pass by pass.  Each pass undoes or completes
-one step of a protocol that may have been cut short by a crash; the steps are
-numbered in ``docs/recovery.md`` and in the code that runs them (``Log.roll``,
-``Log.close``, ``Log.delete_old_segments``, :func:`changelog.replace.replace_segments`,
-:func:`changelog.fs.files.atomic_write`):
+This is Kafka's ``LogLoader``, split in two.  :func:`changelog.load_plan.plan_load`
+reads the directory and decides every pass without changing a byte (and
+raises the typed error a damaged directory gets, so a refused open changes
+nothing); :func:`load_log` then runs the decided steps.  Each pass undoes or
+completes one step of a protocol that may have been cut short by a crash; the
+steps are numbered in ``docs/recovery.md`` and in the code that runs them
+(``Log.roll``, ``Log.close``, ``Log.truncate_to``, ``Log.delete_old_segments``,
+:func:`changelog.replace.replace_segments`, :func:`changelog.files.atomic_write`):
 
 ====  ===============================================================  ======================
 pass  what it does                                                     finishes or undoes
 ====  ===============================================================  ======================
-L1    delete stray ``*.tmp`` files                                     atomic_write W1-W2
-L2    delete ``*.deleted`` files                                       D1-D2, S4, T1
+L1    delete stray ``*.tmp`` files; fsync the directory                atomic_write W1-W2
+L2    delete ``*.deleted`` files; fsync                                D1-D2, S4, T1
 L3    delete ``.swap`` files at or above the lowest ``.cleaned``       S1-S2
-      base offset, then every ``.cleaned`` file
+      base offset, then every ``.cleaned`` file; fsync
 L4    for each ``.log.swap``: delete the ordinary segment files in     S4
-      ``[swap base offset, swap next offset)`` it replaces
-L5    rename every ``.swap`` file to its ordinary name                 S5
-L6    delete index files whose ``.log`` is missing (orphans) at an     S2, S4, S5, D1, T1: a
-      end of the log; an orphan between two segments is a lost        cut between the three
-      ``.log``: ``CorruptDataError``, nothing deleted                  renames of one segment
-L7    open every segment; rebuild an index that is missing,            any
-      unreadable, fails its sanity check or points past its ``.log``
-      (even after a clean shutdown)
-L8    no clean-shutdown marker: recover every segment from the one     A1-A2, R2, T2
-      holding the recovery point: CRC batch by batch, rebuild indexes,
-      cut a torn tail and delete every later segment
-L9    log start offset = max(checkpoint, first base offset); a         D3, C2
-      checkpoint past the log end is ignored with a warning, the data
-      kept (not Kafka's rule: see docs/recovery.md); no segment left:
-      create an empty one at the log start offset
+      ``[swap base offset, swap next offset)`` it replaces; fsync
+L5    rename every ``.swap`` file to its ordinary name (an fsync of    S5
+      the directory after each rename)
+L6    delete index files whose ``.log`` is missing at either end of    S2, S4, S5, D1, T1
+      the log; fsync (mid-log: an error, nothing deleted)
+L7    open every segment; rebuild (and fsync) the indexes of a         any
+      trusted segment that are missing, unreadable or disagree with
+      its ``.log``
+L8    no clean-shutdown marker: from the segment holding the recovery  A1-A2, R2, T2
+      point on, re-validate every batch, rebuild and fsync the
+      indexes, cut the active segment's torn tail (and fsync it)
+L9    log start offset = max(checkpoint, first base offset); no        D3, C2, C3
+      segment at all (a new directory): create one at offset 0
 L10   rebuild the producer state from every segment's batch headers   M1-M2, T2
       and make each ``.txnindex`` hold exactly the aborted
       transactions its markers close (rewritten if it differs)
-L11   delete the clean-shutdown marker (and fsync the directory)       C5
+L11   delete the clean-shutdown marker and fsync the directory         C5
 ====  ===============================================================  ======================
 
-Segments below the recovery point are not re-read: a batch corrupted in the
-middle of such a segment is found when it is read, and raises
-:class:`~changelog.errors.CorruptRecordError` with path and position; it is
-never repaired into other data (``docs/recovery.md`` lists the operator's options).
+Every delete or rename is made durable (directory fsync) before the next pass
+relies on it: a power cut during open leaves a directory the next open
+handles the same way.
 
 Thread-safety: :func:`load_log` runs before the ``Log`` exists, under the
 directory lock; nothing else touches the directory meanwhile.
@@ -48,19 +48,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Final
 
 import attrs
 
 from changelog.config import LogConfig
-from changelog.errors import CorruptDataError, CorruptIndexError
 from changelog.fs import files
-from changelog.fs.checkpoint import (
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    read_offset_checkpoint,
-)
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
+from changelog.load_plan import LoadPlan, plan_load
 from changelog.producer_state import ProducerState, rebuild_producer_state
 from changelog.segment.segment import LogSegment
 
@@ -68,12 +62,6 @@ __all__ = [
     "LoadedLog",
     "load_log",
 ]
-
-
-_TMP_SUFFIX: Final = ".tmp"
-_INDEX_SUFFIXES: Final = (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
-_DERIVED_SUFFIXES: Final = (*_INDEX_SUFFIXES, files.TXN_INDEX_SUFFIX)
-"""Files derived from a ``.log``: an orphan of any of them is handled by pass L6."""
 
 logger = logging.getLogger(__name__)
 
@@ -96,224 +84,52 @@ class LoadedLog:
     """Open transactions and producer sequences, rebuilt from the segments (pass L10)."""
 
 
-# --------------------------------------------------------------------------- checkpoints
-
-
-# --------------------------------------------------------------------------- the passes
-
-
-def _segment_files(directory: Path) -> list[tuple[Path, int, str, str]]:
-    """``(path, base offset, suffix, protocol suffix)`` of every segment-named file."""
-    found = []
-    for path in directory.iterdir():
-        parsed = files.parse_base_offset(path.name)
-        if parsed is not None and path.is_file():
-            found.append((path, *parsed))
-    return found
-
-
-def _remove_stray_files(directory: Path, prefix: str) -> None:
-    """Passes L1-L3: ``.tmp``, ``.deleted``, ``.cleaned`` and swaps of an unfinished clean."""
-    for path in directory.iterdir():
-        if path.name.endswith(_TMP_SUFFIX) and path.is_file():  # L1
-            logger.info("%sdeleting stray temporary file %s", prefix, path.name)
-            files.delete_file(path, "load.delete_tmp")
-    cleaned: list[tuple[Path, int]] = []
-    swaps: list[tuple[Path, int]] = []
-    for path, base, _suffix, protocol in _segment_files(directory):
-        if protocol == files.DELETED_SUFFIX:  # L2
-            logger.info("%sdeleting %s left by a segment deletion", prefix, path.name)
-            files.delete_file(path, "load.delete_deleted")
-        elif protocol == files.CLEANED_SUFFIX:
-            cleaned.append((path, base))
-        elif protocol == files.SWAP_SUFFIX:
-            swaps.append((path, base))
-    if cleaned:  # L3
-        min_cleaned = min(base for _, base in cleaned)
-        for path, base in swaps:
-            if base >= min_cleaned:
-                logger.info(
-                    "%sdeleting %s: its replace did not finish renaming .cleaned to .swap",
-                    prefix,
-                    path.name,
-                )
-                files.delete_file(path, "load.delete_swap")
-        for path, _ in cleaned:
-            logger.info("%sdeleting %s left by an unfinished clean", prefix, path.name)
-            files.delete_file(path, "load.delete_cleaned")
-
-
-def _complete_swaps(directory: Path, config: LogConfig, prefix: str) -> None:
-    """Passes L4-L5: finish a replace that had renamed its new segments to ``.swap``.
-
-    L4 works swap file by swap file, as Kafka's ``LogLoader`` does: a ``.swap``
-    segment replaces exactly the ordinary segments whose base offsets lie in
-    its own range ``[swap base offset, swap next offset)``.  So one replace may
-    swap non-adjacent groups at once: a segment left untouched between two of
-    them lies in no swap's range and stays.
-    """
-    ranges: list[tuple[int, int]] = []
-    for path, base, suffix, protocol in _segment_files(directory):
-        if protocol != files.SWAP_SUFFIX or suffix != files.LOG_SUFFIX:
+def _run_file_steps(plan: LoadPlan, directory: Path, prefix: str) -> None:
+    """Passes L1-L6: the deletes and renames of the plan, each pass made durable."""
+    dirty = False
+    current = None
+    for step in plan.steps:
+        if step.action not in ("delete", "rename"):
             continue
-        segment = LogSegment.open(directory, base, config=config, file_suffix=files.SWAP_SUFFIX)
-        try:
-            next_offset = base
-            with segment.open_reader() as reader:
-                for _, header in reader.headers():
-                    next_offset = header.next_offset
-        finally:
-            segment.close()
-        logger.info(
-            "%sfound %s from an interrupted replace covering [%s, %s)",
-            prefix,
-            path.name,
-            base,
-            next_offset,
-        )
-        ranges.append((base, next_offset))
-    if ranges:  # L4
-        for path, base, _suffix, protocol in _segment_files(directory):
-            if protocol == "" and any(low <= base < high for low, high in ranges):
-                logger.info(
-                    "%sdeleting %s: replaced by the swap being completed", prefix, path.name
-                )
-                files.delete_file(path, "load.delete_replaced")
-    renamed = False
-    for path, _base, _suffix, protocol in _segment_files(directory):  # L5
-        if protocol == files.SWAP_SUFFIX:
-            target = path.with_name(path.name[: -len(files.SWAP_SUFFIX)])
-            logger.info("%srenaming %s to %s", prefix, path.name, target.name)
-            files.rename_file(path, target, "load.rename_swap", sync_dir=False)
-            renamed = True
-    if renamed:
-        files.fsync_dir(directory, "load.fsync_dir")
-
-
-def _delete_orphan_indexes(directory: Path, prefix: str, explained: set[int]) -> None:
-    """Pass L6: index files whose ``.log`` is gone.
-
-    An orphan at either end of the log is what a crash during a roll (the newest
-    segment) or a retention deletion (the oldest) can leave: it is deleted, as
-    Kafka does.  An orphan *between* two segments, with no ``.deleted``,
-    ``.cleaned`` or ``.swap`` file of its base offset at open (``explained``),
-    means the ``.log`` itself was lost: that is acknowledged data gone, so it is
-    reported as :class:`CorruptDataError` and nothing is deleted.
-    """
-    entries = list(_segment_files(directory))
-    log_bases = [b for _p, b, suffix, proto in entries if suffix == files.LOG_SUFFIX and not proto]
-    lowest, highest = (min(log_bases), max(log_bases)) if log_bases else (0, -1)
-    for path, base, suffix, protocol in entries:
-        if protocol or suffix not in _DERIVED_SUFFIXES:
-            continue
-        log_path = directory / files.segment_file_name(base, files.LOG_SUFFIX)
-        if log_path.exists():
-            continue
-        if lowest < base < highest and base not in explained:
-            raise CorruptDataError(
-                log_path,
-                None,
-                f"segment file missing: {path.name} is here but the .log is gone, so the"
-                f" records from offset {base} up to the next segment are lost; restore the"
-                " file, or delete its index files to accept the gap and open the log",
-            )
-        logger.warning("%sdeleting orphan index %s (no %s)", prefix, path.name, log_path.name)
-        files.delete_file(path, "load.delete_orphan")
+        if step.pass_name != current and dirty:
+            files.fsync_dir(directory, f"load.{current}.fsync_dir")
+            dirty = False
+        current = step.pass_name
+        logger.info("%s%s", prefix, step.render())
+        if step.action == "delete":
+            files.delete_file(step.path, f"load.{step.pass_name}.delete")
+            dirty = True
+        else:
+            assert step.target is not None
+            files.rename_file(step.path, step.target, f"load.{step.pass_name}.rename")
+    if dirty:
+        files.fsync_dir(directory, f"load.{current}.fsync_dir")
 
 
 def _open_segments(
-    directory: Path, config: LogConfig, now_ms: int, trusted_below: int | None, prefix: str
+    plan: LoadPlan, directory: Path, config: LogConfig, now_ms: int, prefix: str
 ) -> list[LogSegment]:
-    """Pass L7: open each ``.log`` and rebuild indexes that are missing or fail their check.
-
-    Segments at or above ``trusted_below`` (the recovery point after an
-    unclean shutdown) are about to be recovered by L8, so they are not checked.
-    """
-    bases = sorted(
-        base
-        for _path, base, suffix, protocol in _segment_files(directory)
-        if suffix == files.LOG_SUFFIX and not protocol
-    )
+    """Passes L7-L8: open every segment, recover those the plan says, fsync what changed."""
     segments: list[LogSegment] = []
     try:
-        for position, base in enumerate(bases):
-            recovered_next = trusted_below is not None and (
-                position + 1 == len(bases) or bases[position + 1] > trusted_below
+        for planned in plan.segments:
+            segment = LogSegment.open(
+                directory, planned.base_offset, config=config, created_ms=now_ms
             )
-            missing = [
-                kind
-                for kind in _INDEX_SUFFIXES
-                if not (directory / files.segment_file_name(base, kind)).exists()
-            ]
-            segment = LogSegment.open(directory, base, config=config, created_ms=now_ms)
             segments.append(segment)
-            if recovered_next:
+            if not planned.recover:
                 continue
-            if missing or segment.index_rebuild_reasons:
+            for reason in planned.rebuild_reasons:
                 logger.warning(
-                    "%ssegment %s: rebuilding its indexes (%s)",
-                    prefix,
-                    base,
-                    "; ".join(
-                        [f"no {kind} file" for kind in missing] + segment.index_rebuild_reasons
-                    ),
+                    "%ssegment %s: rebuilding its indexes (%s)", prefix, planned.base_offset, reason
                 )
-                segment.recover()
-                continue
-            try:
-                segment.sanity_check()
-            except CorruptIndexError as exc:
-                logger.warning("%srebuilding the indexes of segment %s: %s", prefix, base, exc)
-                segment.recover()
+            segment.recover(expected_valid_bytes=planned.valid_bytes)  # raises if it disagrees
+            segment.flush()
     except BaseException:
         for segment in segments:
             segment.close()
         raise
     return segments
-
-
-def _recover_segments(segments: list[LogSegment], recovery_point: int, prefix: str) -> None:
-    """Pass L8: re-validate every segment from the one holding the recovery point on."""
-    start = 0
-    for index, segment in enumerate(segments):
-        if segment.base_offset <= recovery_point:
-            start = index
-    logger.info(
-        "%sunclean shutdown: recovering %s segment(s) from offset %s",
-        prefix,
-        len(segments) - start,
-        segments[start].base_offset,
-    )
-    for index in range(start, len(segments)):
-        segment = segments[index]
-        truncated = segment.recover()
-        if truncated > 0:
-            later = segments[index + 1 :]
-            logger.warning(
-                "%scorruption in segment %s: truncated %s bytes (now ends at offset %s); "
-                "deleting %s later segment(s)",
-                prefix,
-                segment.base_offset,
-                truncated,
-                segment.read_next_offset(),
-                len(later),
-            )
-            for dropped in later:
-                dropped.delete()
-            del segments[index + 1 :]
-            return
-
-
-def _check_no_missing_tail(directory: Path, log_end: int, checkpointed_rp: int | None) -> None:
-    """After a clean shutdown the recovery point checkpoint is the log end offset (C2)."""
-    if checkpointed_rp is not None and checkpointed_rp > log_end:
-        raise CorruptDataError(
-            directory,
-            None,
-            f"log end offset {log_end} is below the recovery point {checkpointed_rp}"
-            " checkpointed at the last clean shutdown: segment files at the end of the"
-            " log are missing",
-        )
 
 
 def load_log(
@@ -324,71 +140,47 @@ def load_log(
     partition: int,
     now_ms: int,
 ) -> LoadedLog:
-    """Run passes L1-L11 over ``directory`` and return its segments, opened and consistent."""
+    """Plan passes L1-L11 over ``directory`` (raising, unchanged, if it is damaged), run them,
+    and return its segments, opened and consistent."""
     prefix = f"[{topic}-{partition}] "
-    marker = directory / CLEAN_SHUTDOWN_FILE
-    had_clean_shutdown = marker.exists()
-    checkpointed_rp = read_offset_checkpoint(
-        directory / RECOVERY_POINT_CHECKPOINT, topic, partition
-    )
-    recovery_point = checkpointed_rp if checkpointed_rp is not None else 0
-    in_protocol = {base for _path, base, _suffix, protocol in _segment_files(directory) if protocol}
-    _remove_stray_files(directory, prefix)  # L1-L3
-    _complete_swaps(directory, config, prefix)  # L4-L5
-    _delete_orphan_indexes(directory, prefix, in_protocol)  # L6
-    segments = _open_segments(
-        directory, config, now_ms, None if had_clean_shutdown else recovery_point, prefix
-    )  # L7
-    try:
-        if not had_clean_shutdown and segments:
-            _recover_segments(segments, recovery_point, prefix)  # L8
-        checkpointed_start = read_offset_checkpoint(
-            directory / LOG_START_OFFSET_CHECKPOINT, topic, partition
+    plan = plan_load(directory, topic=topic, partition=partition)
+    for warning in plan.warnings:
+        logger.warning("%s%s", prefix, warning)
+    if not plan.had_clean_shutdown:
+        logger.info(
+            "%sunclean shutdown: re-validating %s segment(s) from the recovery point %s",
+            prefix,
+            sum(1 for s in plan.segments if s.revalidated),
+            plan.recovery_point_checkpoint or 0,
         )
-        log_start = max(checkpointed_start or 0, segments[0].base_offset if segments else 0)
-        log_end = segments[-1].read_next_offset() if segments else log_start
-        if segments and log_start > log_end:  # L9
-            # Kafka deletes every segment here (DeleteRecords can move the log start past a
-            # replica's end).  Nothing here moves the log start past the log end, so such a
-            # checkpoint is damaged: keep the data, ignore the checkpoint.
-            logger.warning(
-                "%signoring log-start-offset-checkpoint: log start offset %s is past the log"
-                " end offset %s",
-                prefix,
-                log_start,
-                log_end,
-            )
-            log_start = segments[0].base_offset
-        if had_clean_shutdown:
-            _check_no_missing_tail(directory, log_end, checkpointed_rp)
+    _run_file_steps(plan, directory, prefix)  # L1-L6
+    segments = _open_segments(plan, directory, config, now_ms, prefix)  # L7-L8
+    try:
         if not segments:  # L9
-            segments.append(
-                LogSegment.create(directory, log_start, config=config, created_ms=now_ms)
-            )
-            files.fsync_dir(directory, "load.fsync_dir")
+            segments.append(LogSegment.create(directory, 0, config=config, created_ms=now_ms))
+            files.fsync_dir(directory, "load.L9.fsync_dir")
         producer_state = rebuild_producer_state(segments, prefix)  # L10
+        if plan.had_clean_shutdown:  # L11
+            files.delete_file(directory / CLEAN_SHUTDOWN_FILE, "load.L11.delete_marker")
+            files.fsync_dir(directory, "load.L11.fsync_dir")
     except BaseException:
         for segment in segments:
             segment.close()
         raise
-    rp = log_end if had_clean_shutdown else min(recovery_point, log_end)
-    if had_clean_shutdown:  # L11
-        files.delete_file(marker, "load.delete_marker")
-        files.fsync_dir(directory, "load.fsync_dir")
     logger.info(
         "%sloaded %s segment(s): log start offset %s, log end offset %s, recovery point %s%s",
         prefix,
         len(segments),
-        log_start,
-        log_end,
-        rp,
-        "" if had_clean_shutdown else " (after recovery)",
+        plan.log_start_offset,
+        plan.log_end_offset,
+        plan.recovery_point,
+        "" if plan.had_clean_shutdown else " (after recovery)",
     )
     return LoadedLog(
         segments=segments,
-        log_start_offset=log_start,
-        log_end_offset=log_end,
-        recovery_point=rp,
-        had_clean_shutdown=had_clean_shutdown,
+        log_start_offset=plan.log_start_offset,
+        log_end_offset=plan.log_end_offset,
+        recovery_point=plan.recovery_point,
+        had_clean_shutdown=plan.had_clean_shutdown,
         producer_state=producer_state,
     )

@@ -18,10 +18,12 @@ brackets; ``docs/recovery.md`` tells the whole story):
 * roll: R1 flush the old active segment (``.log`` and indexes);
   R2 create the new segment's files [L7 loads them, empty]; R3 fsync the
   directory; R4 write the recovery-point checkpoint.
-* truncate: T1 delete the later segments, newest first (rename to
-  ``.deleted``) [L2, L6], so a crash leaves a prefix of the log, never a hole;
-  T2 truncate the active segment and fsync it [L8]; T3 write the
-  recovery-point checkpoint.
+* truncate: T0 write the recovery-point checkpoint lowered to the base offset
+  of the segment that will end the log (so the checkpoint is never above the
+  log end offset, whatever step a crash cuts); T1 delete the later segments,
+  newest first (rename to ``.deleted``) [L2, L6], so a crash leaves a prefix of
+  the log, never a hole; T2 truncate the active segment and fsync it [L8]; T3
+  write the recovery-point checkpoint.
 * retention: D1 rename each deleted segment's files to ``.deleted``, oldest
   first [L2, L6]; D2 remove them after ``file_delete_delay_ms`` [L2]; D3 the log
   start offset moves to the first remaining segment [L9].
@@ -30,6 +32,14 @@ brackets; ``docs/recovery.md`` tells the whole story):
   C3 write the log-start-offset checkpoint; C4 remove pending ``.deleted``
   files [L2]; C5 write the clean-shutdown marker [L11 deletes it; its absence
   makes L8 run].
+
+A failed log stays failed: an I/O error (``LogStorageError``: ENOSPC, EIO, a
+failed fsync or rename) in any step of append, roll, flush, truncation,
+retention, the cleaner's swap or close abandons the log, as Kafka takes a log
+directory offline: descriptors and the directory lock are released, nothing
+more is written, and every later call raises
+:class:`~changelog.errors.LogFailedError` until the log is reopened (which
+runs recovery).  So nothing is ever acknowledged on top of a partial write.
 
 Thread-safety: ``Log`` is thread-safe.  ``Log.lock`` (an ``RLock``) guards the
 segment list, the active segment, the log start/end offsets, the recovery
@@ -58,6 +68,7 @@ from changelog.config import LogConfig
 from changelog.errors import (
     InvalidRecordError,
     LogClosedError,
+    LogFailedError,
     LogStorageError,
     OffsetOutOfRangeError,
     ProducerFencedError,
@@ -291,10 +302,16 @@ class Log:
         with self.lock:
             return sum(segment.size_bytes for segment in self._segments)
 
+    @property
+    def failed(self) -> LogStorageError | None:
+        """The I/O error that failed the log (it is then abandoned), or ``None``."""
+        return self._failure
+
     def _check_open(self) -> None:
         if self._failure is not None:
-            raise LogClosedError(
-                f"{self._prefix}the log failed ({self._failure}); reopen it to recover"
+            raise LogFailedError(
+                f"{self._prefix}the log failed ({self._failure}); reopen it to recover",
+                self._failure,
             ) from self._failure
         if self._closed:
             raise LogClosedError(f"{self._prefix}the log is closed")
@@ -306,13 +323,16 @@ class Log:
 
     @contextlib.contextmanager
     def _fatal_on_storage_error(self) -> Iterator[None]:
-        """A failed fsync leaves the page cache in an unknown state (what was written may
-        never reach the disk, and a retry may report success): abandon the log, as Kafka
-        takes a log directory offline.  Reopening runs recovery."""
+        """Any I/O error fails the log (module docstring): a failed write may have left part
+        of a batch, a failed fsync leaves the page cache in an unknown state (what was
+        written may never reach the disk, and a retry may report success), a failed rename
+        leaves a protocol half done.  Abandon the log; reopening runs recovery."""
         try:
             yield
         except LogStorageError as exc:
-            logger.exception("%sfsync failed, the log is abandoned", self._prefix)
+            logger.error(  # noqa: TRY400 - the error is raised to the caller: no traceback here
+                "%s%s: the log failed and is abandoned", self._prefix, exc
+            )
             self._failure = exc
             self.abandon()
             raise
@@ -469,23 +489,23 @@ class Log:
         _BASE_OFFSET.pack_into(batch, 0, first)
         _LEADER_EPOCH.pack_into(batch, _LEADER_EPOCH_POSITION, self._leader_epoch)
         segment = self._segments.active
-        if segment.should_roll(
-            messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
-        ):
-            segment = self._roll_locked()
-        segment.append(batch, largest_offset=last, largest_timestamp_ms=stamp)  # A1 / M1
-        self._log_end_offset = last + 1
-        if producer_state:
-            self._update_producer_state(segment, bytes(batch))
         flushed = False
         flush_time_s = 0.0
-        if self._rp.appended(count):
-            started = time.perf_counter()
-            with self._fatal_on_storage_error():
+        with self._fatal_on_storage_error():
+            if segment.should_roll(
+                messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
+            ):
+                segment = self._roll_locked()
+            segment.append(batch, largest_offset=last, largest_timestamp_ms=stamp)  # A1 / M1
+            self._log_end_offset = last + 1
+            if producer_state:
+                self._update_producer_state(segment, bytes(batch))
+            if self._rp.appended(count):
+                started = time.perf_counter()
                 segment.flush_log()  # A2
-            flush_time_s = time.perf_counter() - started
-            self._rp.flushed(self._log_end_offset)
-            flushed = True
+                flush_time_s = time.perf_counter() - started
+                self._rp.flushed(self._log_end_offset)
+                flushed = True
         return AppendInfo(
             first_offset=first,
             last_offset=last,
@@ -504,22 +524,22 @@ class Log:
         marker = read_marker(header, batch, path=segment.log_path, position=-1)
         entry = self._producers.on_marker(header, marker)
         if entry is not None:
-            with self._fatal_on_storage_error():
-                segment.txn_index.append(entry)  # M2
+            segment.txn_index.append(entry)  # M2 (inside the caller's _fatal_on_storage_error)
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
         with self.lock:
             self._check_open()
-            return self._roll_locked()
+            with self._fatal_on_storage_error():
+                return self._roll_locked()
 
     def _roll_locked(self) -> LogSegment:
+        """Steps R1-R4; the caller holds ``Log.lock`` inside ``_fatal_on_storage_error``."""
         active = self._segments.active
         if active.size_bytes == 0 and active.base_offset == self._log_end_offset:
             return active
-        with self._fatal_on_storage_error():
-            active.on_become_inactive()
-            active.flush()  # R1
+        active.on_become_inactive()
+        active.flush()  # R1
         segment = self._segments.roll(self._log_end_offset)  # R2, R3
         self._rp.rolled(segment.base_offset)  # R4
         logger.info("%srolled new segment at offset %s", self._prefix, segment.base_offset)
@@ -532,7 +552,7 @@ class Log:
             self._check_open()
             with self._fatal_on_storage_error():
                 self._segments.active.flush()
-            self._rp.flushed(self._log_end_offset)
+                self._rp.flushed(self._log_end_offset)
 
     # ----------------------------------------------------------------- reading
 
@@ -650,10 +670,13 @@ class Log:
             self._check_in_range(offset)
             if offset == self._log_end_offset:
                 return offset
-            self._log_end_offset = self._segments.truncate_to(offset)  # T1, T2
-            self._rp.truncated(self._log_end_offset)  # T3
-            # Kafka's truncateAndReload: the producer state of what is left, read again.
-            self._producers = rebuild_producer_state(self._segments.items, self._prefix)
+            with self._fatal_on_storage_error():
+                floor = self._segments.bases[self._segments.floor(offset)]
+                self._rp.truncating(floor)  # T0
+                self._log_end_offset = self._segments.truncate_to(offset)  # T1, T2
+                self._rp.truncated(self._log_end_offset)  # T3
+                # Kafka's truncateAndReload: the producer state of what is left, read again.
+                self._producers = rebuild_producer_state(self._segments.items, self._prefix)
             logger.info(
                 "%struncated to offset %s (log end offset now %s)",
                 self._prefix,
@@ -666,16 +689,17 @@ class Log:
         """Apply retention (see :mod:`changelog.retention`); returns the number of segments deleted."""
         with self.lock:
             self._check_open()
-            count = self._segments.apply_retention(self._log_start_offset)  # D1 (oldest first)
-            if count:
-                self._log_start_offset = max(self._log_start_offset, self._segments.bases[0])  # D3
-                logger.info(
-                    "%sretention deleted %s segment(s); log start offset now %s",
-                    self._prefix,
-                    count,
-                    self._log_start_offset,
-                )
-            self._segments.delete_expired()  # D2
+            with self._fatal_on_storage_error():
+                count = self._segments.apply_retention(self._log_start_offset)  # D1 (oldest first)
+                if count:
+                    self._log_start_offset = max(self._log_start_offset, self._segments.bases[0])
+                    logger.info(  # D3
+                        "%sretention deleted %s segment(s); log start offset now %s",
+                        self._prefix,
+                        count,
+                        self._log_start_offset,
+                    )
+                self._segments.delete_expired()  # D2
             return count
 
     def replace_segments(
@@ -691,15 +715,16 @@ class Log:
         """
         with self.lock:
             self._check_open()
-            replace_segments(
-                self._segments.items,
-                new_segments,
-                old_segments,
-                directory=self._dir,
-                install=self._segments.install,
-                schedule_delete=self._segments.schedule_delete,
-                log_prefix=self._prefix,
-            )
+            with self._fatal_on_storage_error():
+                replace_segments(
+                    self._segments.items,
+                    new_segments,
+                    old_segments,
+                    directory=self._dir,
+                    install=self._segments.install,
+                    schedule_delete=self._segments.schedule_delete,
+                    log_prefix=self._prefix,
+                )
 
     # ----------------------------------------------------------------- closing
 
@@ -713,18 +738,18 @@ class Log:
             if self._closed:
                 return
             active = self._segments.active
-            with self._fatal_on_storage_error():
+            with self._fatal_on_storage_error():  # a failed close still releases the lock
                 active.on_become_inactive()
                 active.flush()  # C1
-            self._rp.flushed(self._log_end_offset)
-            self._rp.checkpoint("close.checkpoint")  # C2
-            close_partition_dir(
-                self._dir,
-                topic=self._topic,
-                partition=self._partition,
-                log_start_offset=self._log_start_offset,
-                segments=self._segments,
-            )  # C3-C5
+                self._rp.flushed(self._log_end_offset)
+                self._rp.checkpoint("close.checkpoint")  # C2
+                close_partition_dir(
+                    self._dir,
+                    topic=self._topic,
+                    partition=self._partition,
+                    log_start_offset=self._log_start_offset,
+                    segments=self._segments,
+                )  # C3-C5
             self._release()
             logger.info("%sclosed at log end offset %s", self._prefix, self._log_end_offset)
 

@@ -1,7 +1,7 @@
 """A partition directory: its name (``<topic>-<partition>``), taking it over and handing it back.
 
 Opening runs, in order: parse the name; create the directory if it is missing
-(and fsync its parent, so the new entry survives a crash); take the directory
+and any missing parent (fsyncing each parent, so the new entries survive a power cut); take the directory
 lock (:mod:`changelog.fs.lock`); run the loader's recovery passes
 (:mod:`changelog.loader`).  If anything after the lock fails, the lock is
 released again.  Closing writes what the next open trusts: steps C3-C5 of
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from changelog.config import LogConfig
-from changelog.errors import InvalidConfigError, LogStorageError
+from changelog.errors import InvalidConfigError
 from changelog.fs import files
 from changelog.fs.checkpoint import LOG_START_OFFSET_CHECKPOINT, write_offset_checkpoint
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
@@ -61,12 +61,7 @@ def open_partition_dir(
     Raises :class:`~changelog.errors.LogLockedError` if another owner holds it.
     """
     topic, partition = parse_topic_partition(directory)
-    if not directory.exists():
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LogStorageError(directory, "mkdir", exc) from exc
-        files.fsync_dir(directory.parent, "open.fsync_parent")
+    files.make_dirs(directory, "open.mkdir")  # each new directory's parent fsynced
     dir_lock = DirectoryLock(directory)
     dir_lock.acquire()
     try:

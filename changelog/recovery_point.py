@@ -77,6 +77,13 @@ class RecoveryPoint:
         self.flushed(base_offset)
         self.checkpoint("roll.checkpoint")
 
+    def truncating(self, floor_offset: int) -> None:
+        """T0: a truncation will end the log at or above ``floor_offset``; lower the checkpoint
+        first, so that it is never above the log end offset, whichever step a crash cuts."""
+        if floor_offset < self.offset:
+            self.offset = floor_offset
+            self.checkpoint("truncate.checkpoint_before")
+
     def truncated(self, log_end_offset: int) -> None:
         """T3: the log now ends at ``log_end_offset``."""
         self.offset = min(self.offset, log_end_offset)

@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "changelog.recovery_point": 5,
     "changelog.producer_state": 5,
     "changelog.isolation": 5,
+    "changelog.load_plan": 5,
     "changelog.loader": 5,
     "changelog.log_dir": 5,
     "changelog.log": 5,

@@ -100,8 +100,12 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     lines = text[:-1].split("\n")
     starts = _line_starts(lines)
 
-    def corrupt(n: int, reason: str, **found: object) -> CorruptCheckpointError:
-        return CorruptCheckpointError(path, starts[n], f"line {n + 1}: {reason}", **found)
+    def corrupt(
+        n: int, reason: str, *, expected: object = None, actual: object = None
+    ) -> CorruptCheckpointError:
+        return CorruptCheckpointError(
+            path, starts[n], f"line {n + 1}: {reason}", expected=expected, actual=actual
+        )
 
     if len(lines) < _HEADER_LINES:
         raise corrupt(len(lines) - 1, "truncated before the entry count")

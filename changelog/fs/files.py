@@ -4,7 +4,11 @@ Nobody else in :mod:`changelog` renames, deletes, truncates or fsyncs a file:
 they call these functions.  That gives one place to get atomicity right and
 one place for tests to inject crashes: every mutation first calls
 :func:`fault_point` with a step name, and a test can install a hook (with
-:func:`inject_faults`) that raises :class:`SimulatedCrash` at the k-th step.
+:func:`inject_faults`) that raises :class:`SimulatedCrash` at the k-th step
+(a crash: nothing more happens), or an :class:`OSError` such as ``ENOSPC`` or
+``EIO`` (a failing disk: the step fails exactly as the real call would, wrapped
+in :class:`~changelog.errors.LogStorageError`), or :class:`ShortWrite` at a
+write step (half of the data is written, then the write fails).
 
 Names (Kafka's): a segment is ``<20-digit base offset><suffix>`` with the
 suffixes below; the segment-replace protocol adds ``.cleaned``, ``.swap`` and
@@ -37,6 +41,7 @@ __all__ = [
     "TIME_INDEX_SUFFIX",
     "TXN_INDEX_SUFFIX",
     "FaultHook",
+    "ShortWrite",
     "SimulatedCrash",
     "atomic_write",
     "delete_file",
@@ -44,6 +49,7 @@ __all__ = [
     "fsync_dir",
     "fsync_fd",
     "inject_faults",
+    "make_dirs",
     "parse_base_offset",
     "rename_file",
     "segment_file_name",
@@ -78,6 +84,11 @@ class SimulatedCrash(BaseException):
     A :class:`BaseException` so that no ``except Exception`` on the way up can
     swallow it and tidy up: after a crash, nothing more is written.
     """
+
+
+class ShortWrite(OSError):  # noqa: N818 - it is a fault to inject, named for what it does
+    """Raised by a test's fault hook at a write step: :func:`write_fd` writes the first half
+    of the data, then fails with this error's ``errno`` (a disk filling up mid-write)."""
 
 
 def fault_point(step: str, path: Path) -> None:
@@ -123,9 +134,13 @@ def _storage_error(path: Path, operation: str, exc: OSError) -> LogStorageError:
 
 def write_fd(fd: int, data: bytes | memoryview, path: Path, step: str = "write") -> None:
     """Write all of ``data`` at the fd's position (looping on short writes)."""
-    fault_point(step, path)
     view = memoryview(data)
     try:
+        try:
+            fault_point(step, path)
+        except ShortWrite:
+            os.write(fd, view[: len(view) // 2])
+            raise
         while view:
             written = os.write(fd, view)
             view = view[written:]
@@ -135,8 +150,8 @@ def write_fd(fd: int, data: bytes | memoryview, path: Path, step: str = "write")
 
 def fsync_fd(fd: int, path: Path, step: str = "fsync") -> None:
     """fsync an open file."""
-    fault_point(step, path)
     try:
+        fault_point(step, path)
         os.fsync(fd)
     except OSError as exc:
         raise _storage_error(path, step, exc) from exc
@@ -144,8 +159,8 @@ def fsync_fd(fd: int, path: Path, step: str = "fsync") -> None:
 
 def truncate_fd(fd: int, size: int, path: Path, step: str = "truncate") -> None:
     """Truncate an open file to ``size`` bytes."""
-    fault_point(step, path)
     try:
+        fault_point(step, path)
         os.ftruncate(fd, size)
     except OSError as exc:
         raise _storage_error(path, step, exc) from exc
@@ -153,8 +168,8 @@ def truncate_fd(fd: int, size: int, path: Path, step: str = "truncate") -> None:
 
 def fsync_dir(directory: Path, step: str = "fsync_dir") -> None:
     """fsync a directory so that renames and creations in it are durable."""
-    fault_point(step, directory)
     try:
+        fault_point(step, directory)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
         raise _storage_error(directory, step, exc) from exc
@@ -176,6 +191,7 @@ def atomic_write(path: Path, data: bytes, step: str = "atomic_write") -> None:
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
+        fault_point(f"{step}.create", tmp)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError as exc:
         raise _storage_error(tmp, step, exc) from exc
@@ -188,10 +204,33 @@ def atomic_write(path: Path, data: bytes, step: str = "atomic_write") -> None:
     fsync_dir(path.parent, f"{step}.fsync_dir")
 
 
+def make_dirs(directory: Path, step: str = "mkdir") -> None:
+    """Create ``directory`` and any missing parents, each made durable.
+
+    After each ``mkdir`` the parent is fsynced, so the new entry survives a
+    power cut (a directory entry is durable only once its parent directory
+    is fsynced).  An existing directory is left as it is.
+    """
+    missing: list[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            fault_point(step, path)
+            path.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise _storage_error(path, step, exc) from exc
+        fsync_dir(path.parent, f"{step}.fsync_parent")
+
+
 def rename_file(src: Path, dst: Path, step: str = "rename", *, sync_dir: bool = True) -> None:
     """Rename ``src`` to ``dst`` (replacing it), then fsync the directory unless told not to."""
-    fault_point(step, src)
     try:
+        fault_point(step, src)
         src.replace(dst)
     except OSError as exc:
         raise _storage_error(src, step, exc) from exc
@@ -201,8 +240,8 @@ def rename_file(src: Path, dst: Path, step: str = "rename", *, sync_dir: bool = 
 
 def delete_file(path: Path, step: str = "delete", *, missing_ok: bool = True) -> bool:
     """Delete ``path``; returns whether a file was there."""
-    fault_point(step, path)
     try:
+        fault_point(step, path)
         path.unlink()
     except FileNotFoundError:
         if not missing_ok:

@@ -138,6 +138,21 @@ class FixedWidthIndex:
         )
 
     @classmethod
+    def read_entries(cls, path: Path) -> tuple[array.array[int], array.array[int]]:
+        """The two columns of the index file at ``path``, read-only (the loader's plan, verify).
+
+        Raises :class:`CorruptIndexError` as :meth:`open` would, naming the
+        file; a missing file raises it too (with position ``None``).
+        """
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise CorruptIndexError(path, None, f"{cls._KIND} file is missing") from exc
+        except OSError as exc:
+            raise LogStorageError(path, "read", exc) from exc
+        return cls._load(path, data)
+
+    @classmethod
     def _load(cls, path: Path, data: bytes) -> tuple[array.array[int], array.array[int]]:
         size = cls.entry_size()
         if len(data) % size:

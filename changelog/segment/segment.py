@@ -283,21 +283,26 @@ class LogSegment:
         position = self._size
         try:
             files.write_fd(fd, memoryview(batch_bytes), self.log_path, "segment.append")
+            if extents is None:
+                self._indexes.add_batch(position, size, largest_offset, largest_timestamp_ms)
+            else:
+                at = position
+                for batch_size, last_offset, max_timestamp in extents:
+                    self._indexes.add_batch(at, batch_size, last_offset, max_timestamp)
+                    at += batch_size
         except LogStorageError:
-            # A short write (disk full) must not leave half a batch for the next
-            # append to land after: cut the file back to the last whole batch.
-            files.truncate_fd(fd, position, self.log_path, "segment.append.undo")
+            # A short write (disk full), or an index entry that could not be written:
+            # the append failed, so cut the .log back to the last whole batch (best
+            # effort: the owning Log is failed now, and recovery cuts a torn tail).
+            try:
+                files.truncate_fd(fd, position, self.log_path, "segment.append.undo")
+            except LogStorageError:
+                logger.warning("%scould not undo the failed append at %s", self._prefix, position)
             raise
         self._size = position + size
         if position == 0:
             first_max_timestamp = largest_timestamp_ms if extents is None else extents[0][2]
             self._rolling_based_timestamp = first_max_timestamp
-        if extents is None:
-            self._indexes.add_batch(position, size, largest_offset, largest_timestamp_ms)
-            return
-        for batch_size, last_offset, max_timestamp in extents:
-            self._indexes.add_batch(position, batch_size, last_offset, max_timestamp)
-            position += batch_size
 
     # ----------------------------------------------------------------- reading
 
@@ -439,13 +444,16 @@ class LogSegment:
 
     # ----------------------------------------------------------------- recovery and truncation
 
-    def recover(self) -> int:
+    def recover(self, *, expected_valid_bytes: int | None = None) -> int:
         """Re-validate the ``.log`` batch by batch, rebuild both indexes, cut an invalid tail.
 
         Returns the bytes truncated: everything from the first batch that is torn,
         fails its CRC, or has offsets outside this segment or going backwards.
         Data Kafka can read but we cannot (old magic, compression) raises
         :class:`~changelog.errors.UnsupportedFormatError` and truncates nothing.
+        With ``expected_valid_bytes`` (the loader's plan) a valid prefix of any
+        other length raises :class:`~changelog.errors.ChangelogError` before
+        anything is cut.
         """
         fd = self._file.require()
         file_size = self._file.size()
@@ -454,6 +462,11 @@ class LogSegment:
             reader.end_position = file_size
             valid = self._indexes.rebuild(
                 reader.batches(), base_offset=self._base_offset, prefix=self._prefix
+            )
+        if expected_valid_bytes is not None and valid != expected_valid_bytes:
+            raise ChangelogError(
+                f"{self._prefix}recovery found {valid} valid bytes in {self.log_path}, the"
+                f" plan {expected_valid_bytes}: the file changed during open; nothing was cut"
             )
         truncated = file_size - valid
         if truncated > 0:

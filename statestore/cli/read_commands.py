@@ -212,6 +212,16 @@ def _report_doc(report: PartitionReport) -> dict[str, Any]:
         "size_bytes": report.size_bytes,
         "errors": report.errors,
         "warnings": report.warnings,
+        "open": None
+        if report.verdict is None
+        else {
+            "refused": report.verdict.refused,
+            "error": report.verdict.error,
+            "path": None if report.verdict.path is None else str(report.verdict.path),
+            "position": report.verdict.position,
+            "steps": list(report.verdict.steps),
+            "log_end_offset": report.verdict.log_end_offset,
+        },
         "problems": [
             {
                 "severity": p.severity,

@@ -1,68 +1,61 @@
-"""``statestore verify``: check every byte of a state directory's changelogs, read-only.
+"""``statestore verify``: the loader's recovery run read-only, then every byte CRC-checked.
 
 For every partition directory (a directory holding ``<20-digit offset>.log``
-files) found under the given path:
+files) found under the given path, two things, neither of which writes a byte
+or takes a lock (verify works next to a running service):
 
-1. every batch of every ``.log`` file: framing (length, magic), CRC-32C over
-   attributes..end, offsets increasing within and across segments;
-2. the ``.index`` and ``.timeindex`` of every segment: whole entries, offsets
-   (and positions, timestamps) increasing, each offset index entry pointing at
-   the start of a batch that holds its offset, nothing past the log's end;
-3. the checkpoint files (``recovery-point-offset-checkpoint``,
-   ``cleaner-offset-checkpoint``, ``log-start-offset-checkpoint``): Kafka's
-   text format (version ``0``, a count, ``topic partition offset`` lines);
-4. leftovers of an interrupted segment replace (``.cleaned``, ``.swap``,
-   ``.deleted`` files), which the next open recovers.
+1. **What the next open will do.**  :func:`changelog.load_plan.plan_load` is
+   the very function ``Log.open`` runs before it changes anything: the same
+   passes (L1-L10), the same checks, the same verdict.  If it raises, the next
+   open is refused with that error (reported as an *error*, with the file,
+   the position and the offset).  Otherwise every step it plans is reported:
+   a torn tail it will cut, indexes it will rebuild (*warnings*: repairs
+   that lose nothing acknowledged), leftovers of an interrupted replace it
+   will finish (*info*).
+2. **What reads will find.**  The loader does not re-read segments that were
+   flushed (below the recovery point, or everything after a clean shutdown).
+   verify reads every batch of them: a batch that fails its CRC-32C or
+   framing is an *error* (the next open succeeds, but reading that batch
+   raises ``CorruptRecordError``), as is an unparsable
+   ``cleaner-offset-checkpoint`` (the loader does not read it).
 
-Severity follows what the next open would do (the loader's passes in
-:mod:`changelog.loader`).  An *error* is data that is not what was written
-and that the next open does not simply repair: a CRC mismatch or a broken
-frame (each message says whether the next open truncates the log there, in
-a segment it re-validates after an unclean shutdown, or whether reads will
-fail), an unparsable checkpoint, a bad index of a segment the loader will
-use as found, a torn tail in a partition marked as cleanly closed;
-``verify`` then exits 1.  A *warning* is a state the next open repairs by
-itself without losing anything acknowledged: a torn tail after an unclean
-shutdown (an incomplete last batch left by a crash mid-append: truncated),
-a bad or missing index of a segment that will be re-validated (rebuilt).
-``--strict`` makes warnings fail too.
-
-Nothing is opened for writing and no lock is taken: verify works next to a
-running service (its active segment may then show a torn tail in progress).
+``verify`` exits 1 on errors (and on warnings with ``--strict``).  The JSON
+output carries the open verdict on its own (``open.refused``, ``open.error``,
+``open.steps``), which a test holds equal to what ``Log.open`` then does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, Literal
 
 import attrs
 
-from changelog.errors import CorruptRecordError, UnsupportedFormatError
+from changelog.errors import (
+    ChangelogError,
+    CorruptDataError,
+    CorruptRecordError,
+    UnsupportedFormatError,
+)
 from changelog.fs.checkpoint import (
     CLEANER_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
+    read_checkpoint,
 )
-from changelog.fs.files import (
-    CLEAN_SHUTDOWN_FILE,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    parse_base_offset,
-    segment_file_name,
-)
-from changelog.record.batch import BatchHeader, decode_header, validate_batch
-from statestore.cli.dump import read_index_entries, read_time_index_entries
+from changelog.fs.files import LOG_SUFFIX, parse_base_offset
+from changelog.load_plan import LoadPlan, PlannedSegment, plan_load
+from changelog.log_dir import parse_topic_partition
+from changelog.record.batch import decode_header
 from statestore.cli.errors import UsageError
 from statestore.cli.progress import Progress
 from statestore.cli.statedir import mapped
 
 __all__ = [
     "CHECKPOINT_FILES",
+    "OpenVerdict",
     "PartitionReport",
     "Problem",
     "verify_partition",
@@ -75,8 +68,10 @@ CHECKPOINT_FILES: Final = (
     CLEANER_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
 )
-_MAGIC_POSITION: Final = 16
-_LENGTH: Final = struct.Struct(">q i")
+
+
+_TRUSTED_REBUILD_PASS: Final = "L7"  # noqa: S105 - a pass name, not a password
+"""Index rebuilds of flushed segments are warnings; L8's after a crash are routine (info)."""
 
 
 @attrs.frozen
@@ -96,6 +91,18 @@ class Problem:
         return f"{self.severity.upper()} {where}: {self.message}"
 
 
+@attrs.frozen
+class OpenVerdict:
+    """What the next ``Log.open`` does: refuse (``error`` names the type), or run ``steps``."""
+
+    refused: bool
+    error: str | None
+    path: Path | None
+    position: int | None
+    steps: tuple[str, ...]
+    log_end_offset: int | None
+
+
 @attrs.define
 class PartitionReport:
     """What verify found in one partition directory."""
@@ -106,6 +113,7 @@ class PartitionReport:
     records: int = 0
     size_bytes: int = 0
     problems: list[Problem] = attrs.field(factory=list)
+    verdict: OpenVerdict | None = None
 
     @property
     def errors(self) -> int:
@@ -118,372 +126,131 @@ class PartitionReport:
         return sum(1 for p in self.problems if p.severity == "warning")
 
 
-@attrs.frozen
-class _Segment:
-    base_offset: int
-    log: Path
-    index: Path
-    time_index: Path
-
-
-def _segments(directory: Path, report: PartitionReport) -> list[_Segment]:
-    bases: set[int] = set()
-    for child in directory.iterdir():
-        parsed = parse_base_offset(child.name)
-        if parsed is None:
-            continue
-        base, suffix, protocol = parsed
-        if protocol:
-            report.problems.append(
-                Problem(
-                    "info",
-                    child,
-                    None,
-                    f"leftover {protocol} file of an interrupted segment replace "
-                    "(recovered at the next open)",
-                )
-            )
-        elif suffix == LOG_SUFFIX:
-            bases.add(base)
-    return [
-        _Segment(
-            base,
-            directory / segment_file_name(base, LOG_SUFFIX),
-            directory / segment_file_name(base, INDEX_SUFFIX),
-            directory / segment_file_name(base, TIME_INDEX_SUFFIX),
+def _plan(directory: Path, report: PartitionReport) -> LoadPlan | None:
+    """Step 1 of the module docstring: the loader's plan, or its refusal, as problems."""
+    try:
+        topic, partition = parse_topic_partition(directory)
+        plan = plan_load(directory, topic=topic, partition=partition)
+    except ChangelogError as exc:
+        path = getattr(exc, "path", directory)
+        position = getattr(exc, "position", None)
+        report.verdict = OpenVerdict(
+            refused=True,
+            error=type(exc).__name__,
+            path=path,
+            position=position,
+            steps=(),
+            log_end_offset=None,
         )
-        for base in sorted(bases)
-    ]
-
-
-def _is_torn(data: bytes, position: int) -> bool:
-    """Whether the bytes from ``position`` are the start of a batch cut off by the end of file."""
-    remaining = len(data) - position
-    if remaining < _LENGTH.size:
-        return True
-    length: int = _LENGTH.unpack_from(data, position)[1]
-    if remaining <= _MAGIC_POSITION:
-        return length > 0
-    return data[position + _MAGIC_POSITION] == 2 and length > 0 and length + 12 > remaining
-
-
-def _consequence(recovered: bool, offset: int | None) -> str:
-    """What the next open does about a bad batch, as the loader (pass L8) would."""
-    if recovered:
-        after = "" if offset is None else f" (offsets from {offset} on)"
-        return (
-            f"; the next open truncates the log here and drops everything after it{after}, "
-            "as Kafka's recovery does"
-        )
-    return "; the loader does not re-validate this segment, so reading it fails (docs/recovery.md)"
-
-
-def _check_log(
-    segment: _Segment,
-    data: bytes,
-    *,
-    is_last: bool,
-    recovered: bool,
-    clean_shutdown: bool,
-    previous_next_offset: int | None,
-    report: PartitionReport,
-    progress: Progress,
-) -> tuple[dict[int, BatchHeader], int, int | None]:
-    """Walk one ``.log``: returns its batches by position, its valid size and its next offset.
-
-    ``recovered``: the next open re-validates this segment (no clean-shutdown
-    marker, at or after the recovery point) and truncates at its first bad batch.
-    """
-    path = segment.log
-    batches: dict[int, BatchHeader] = {}
-    next_offset = previous_next_offset
-    position = 0
-    while position < len(data):
-        try:
-            header = decode_header(data, position, path=path)
-        except (CorruptRecordError, UnsupportedFormatError) as exc:
-            size = len(data) - position
-            if is_last and recovered and _is_torn(data, position):
-                report.problems.append(
-                    Problem(
-                        "warning",
-                        path,
-                        position,
-                        f"torn tail: {size} bytes of an incomplete batch after the last whole "
-                        "one (left by a crash mid-append: never acknowledged; the next open "
-                        "truncates it)",
-                    )
-                )
-            elif is_last and clean_shutdown and _is_torn(data, position):
-                report.problems.append(
-                    Problem(
-                        "error",
-                        path,
-                        position,
-                        f"torn tail: {size} bytes of an incomplete batch, yet the partition was "
-                        f"closed cleanly ({CLEAN_SHUTDOWN_FILE} is present), so the next open "
-                        "trusts the file and fails",
-                    )
-                )
-            else:
-                report.problems.append(
-                    Problem(
-                        "error",
-                        path,
-                        position,
-                        f"{getattr(exc, 'reason', exc)}; the {size} bytes from here cannot be "
-                        f"read{_consequence(recovered, next_offset)}",
-                    )
-                )
-            break
-        try:
-            validate_batch(data, position, header, path=path)
-        except CorruptRecordError as exc:
-            report.problems.append(
-                Problem(
-                    "error",
-                    path,
-                    position,
-                    f"record batch at offsets {header.base_offset}..{header.last_offset} fails "
-                    f"its CRC-32C check (stored {exc.expected}, computed {exc.actual})"
-                    f"{_consequence(recovered, header.base_offset)}",
-                )
-            )
-        if header.base_offset < segment.base_offset:
-            report.problems.append(
-                Problem(
-                    "error",
-                    path,
-                    position,
-                    f"batch base offset {header.base_offset} is below the segment's base "
-                    f"offset {segment.base_offset}",
-                )
-            )
-        if next_offset is not None and header.base_offset < next_offset:
-            report.problems.append(
-                Problem(
-                    "error",
-                    path,
-                    position,
-                    f"offsets go backwards: batch starts at {header.base_offset}, "
-                    f"the previous one ended before {next_offset}",
-                )
-            )
-        batches[position] = header
-        report.batches += 1
-        report.records += header.records_count
-        next_offset = header.next_offset
-        position += header.size_in_bytes
-        progress.advance(header.size_in_bytes)
-    progress.advance(len(data) - position)
-    return batches, position, next_offset
-
-
-def _check_offset_index(
-    segment: _Segment,
-    batches: dict[int, BatchHeader],
-    valid_size: int,
-    severity: Severity,
-    report: PartitionReport,
-) -> None:
-    path = segment.index
-    if not path.exists():
-        report.problems.append(
-            Problem("warning", path, None, "offset index is missing (rebuilt at the next open)")
-        )
-        return
-    data = path.read_bytes()
-    if len(data) % 8:
-        report.problems.append(
-            Problem(severity, path, None, f"size {len(data)} is not a multiple of the 8-byte entry")
-        )
-    previous: tuple[int, int] | None = None
-    for i, (offset, position) in enumerate(read_index_entries(data, segment.base_offset)):
-        where = i * 8
-        header = batches.get(position)
-        if previous is not None and (offset <= previous[0] or position <= previous[1]):
-            report.problems.append(
-                Problem(
-                    severity,
-                    path,
-                    where,
-                    f"entry {i} (offset {offset}, position {position}) does not increase over "
-                    f"entry {i - 1} (offset {previous[0]}, position {previous[1]})",
-                )
-            )
-        elif position >= valid_size or header is None:
-            report.problems.append(
-                Problem(
-                    severity,
-                    path,
-                    where,
-                    f"entry {i} points at position {position}, which is not the start of a batch "
-                    f"in {segment.log.name} ({valid_size} valid bytes)",
-                )
-            )
-        elif not header.base_offset <= offset <= header.last_offset:
-            report.problems.append(
-                Problem(
-                    severity,
-                    path,
-                    where,
-                    f"entry {i} says offset {offset} is at position {position}, but the batch "
-                    f"there holds offsets {header.base_offset}..{header.last_offset}",
-                )
-            )
-        previous = (offset, position)
-
-
-def _check_time_index(
-    segment: _Segment, last_offset: int | None, severity: Severity, report: PartitionReport
-) -> None:
-    path = segment.time_index
-    if not path.exists():
-        report.problems.append(
-            Problem("warning", path, None, "time index is missing (rebuilt at the next open)")
-        )
-        return
-    data = path.read_bytes()
-    if len(data) % 12:
+        reason = getattr(exc, "reason", None) or str(exc)
         report.problems.append(
             Problem(
-                severity, path, None, f"size {len(data)} is not a multiple of the 12-byte entry"
+                "error",
+                path,
+                position,
+                f"the next open refuses this partition ({type(exc).__name__}): {reason};"
+                " nothing is changed (docs/recovery.md lists the remedies)",
             )
         )
-    previous: tuple[int, int] | None = None
-    for i, (timestamp, offset) in enumerate(read_time_index_entries(data, segment.base_offset)):
-        where = i * 12
-        if previous is not None and (timestamp < previous[0] or offset < previous[1]):
-            report.problems.append(
-                Problem(
-                    severity,
-                    path,
-                    where,
-                    f"entry {i} (timestamp {timestamp}, offset {offset}) goes backwards from "
-                    f"entry {i - 1} (timestamp {previous[0]}, offset {previous[1]})",
-                )
-            )
-        elif last_offset is not None and offset > last_offset:
-            report.problems.append(
-                Problem(
-                    severity,
-                    path,
-                    where,
-                    f"entry {i} points at offset {offset}, past the segment's last offset {last_offset}",
-                )
-            )
-        previous = (timestamp, offset)
-
-
-def _checkpoint_offset(path: Path) -> int | None:
-    """The offset in a one-entry checkpoint file, or ``None`` (absent or unreadable: the loader
-    then uses 0)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        return int(lines[2].split(" ")[2]) if len(lines) >= 3 and lines[0] == "0" else None
-    except (OSError, UnicodeDecodeError, ValueError, IndexError):
         return None
-
-
-def _check_checkpoint(path: Path, report: PartitionReport) -> None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        report.problems.append(Problem("error", path, None, "checkpoint file is not UTF-8 text"))
-        return
-    lines = text.splitlines()
-    position = 0
-
-    def bad(line_number: int, reason: str) -> None:
+    report.verdict = OpenVerdict(
+        refused=False,
+        error=None,
+        path=None,
+        position=None,
+        steps=tuple(step.render() for step in plan.steps),
+        log_end_offset=plan.log_end_offset,
+    )
+    for step in plan.steps:
+        repair = step.action == "truncate" or (
+            step.action == "rebuild-indexes" and step.pass_name == _TRUSTED_REBUILD_PASS
+        )
         report.problems.append(
             Problem(
-                "error", path, position, f"line {line_number}: {reason} (Kafka checkpoint format)"
+                "warning" if repair else "info",
+                step.path,
+                step.position,
+                f"the next open will {step.action.replace('-', ' ')}"
+                f"{' to ' + step.target.name if step.target else ''} (pass {step.pass_name}):"
+                f" {step.reason}",
             )
         )
+    for warning in plan.warnings:
+        report.problems.append(Problem("warning", directory, None, warning))
+    return plan
 
-    if not lines or lines[0].strip() != "0":
-        bad(1, f"version must be 0, found {lines[0][:20]!r}" if lines else "empty file")
+
+def _read_segment(
+    planned: PlannedSegment, report: PartitionReport, progress: Progress, *, check: bool
+) -> None:
+    """Step 2: every batch of a segment the loader does not re-read (``check``), else count."""
+    path = planned.log_path
+    try:
+        with mapped(path) as data:
+            report.size_bytes += len(data)
+            position = 0
+            next_offset = planned.base_offset
+            end = planned.valid_bytes if planned.valid_bytes <= len(data) else len(data)
+            while position < end:
+                try:
+                    header = decode_header(data, position, path=path, validate=check, end=end)
+                except (CorruptRecordError, UnsupportedFormatError) as exc:
+                    report.problems.append(
+                        Problem(
+                            "error",
+                            path,
+                            position,
+                            f"{getattr(exc, 'reason', exc)}; the loader does not re-read this"
+                            " flushed segment, so the next open succeeds but reading offsets"
+                            f" from {next_offset} on fails"
+                            " (docs/recovery.md lists the remedies)",
+                        )
+                    )
+                    break
+                next_offset = header.next_offset
+                report.batches += 1
+                report.records += header.records_count
+                position += header.size_in_bytes
+                progress.advance(header.size_in_bytes)
+            progress.advance(len(data) - position)
+    except UsageError as exc:
+        severity: Severity = "error" if path.exists() else "warning"
+        message = (
+            str(exc)
+            if severity == "error"
+            else "vanished while verify ran (the cleaner replaced it); run verify again"
+        )
+        report.problems.append(Problem(severity, path, None, message))
+
+
+def _check_cleaner_checkpoint(directory: Path, report: PartitionReport) -> None:
+    path = directory / CLEANER_CHECKPOINT
+    if not path.exists():
         return
-    position += len(lines[0]) + 1
-    if len(lines) < 2 or not lines[1].strip().isdigit():
-        bad(2, "missing or bad entry count")
-        return
-    count = int(lines[1])
-    position += len(lines[1]) + 1
-    entries = lines[2:]
-    if len(entries) != count:
-        bad(2, f"count says {count} entries, found {len(entries)}")
-        return
-    for number, line in enumerate(entries, start=3):
-        parts = line.split(" ")
-        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
-            bad(number, f"expected 'topic partition offset', found {line[:60]!r}")
-            return
-        position += len(line) + 1
+    try:
+        read_checkpoint(path)
+    except CorruptDataError as exc:
+        report.problems.append(
+            Problem(
+                "error",
+                path,
+                exc.position,
+                f"{exc.reason} (Kafka checkpoint format); the cleaner cannot resume from it",
+            )
+        )
 
 
 def verify_partition(directory: Path, progress: Progress) -> PartitionReport:
     """Check one partition directory (see the module docstring); never raises on bad data."""
     report = PartitionReport(directory)
-    clean_shutdown = (directory / CLEAN_SHUTDOWN_FILE).exists()
-    recovery_point = _checkpoint_offset(directory / RECOVERY_POINT_CHECKPOINT)
-    segments = _segments(directory, report)
-    report.segments = len(segments)
-    # Pass L8 of the loader: without a clean-shutdown marker, every segment from the one
-    # holding the recovery point on is re-validated (and cut at its first bad batch).
-    first_recovered = 0
-    for i, segment in enumerate(segments):
-        if segment.base_offset <= (recovery_point or 0):
-            first_recovered = i
-    next_offset: int | None = None
-    for i, segment in enumerate(segments):
-        is_last = i == len(segments) - 1
-        recovered = not clean_shutdown and i >= first_recovered
-        if next_offset is not None and segment.base_offset < next_offset:
-            report.problems.append(
-                Problem(
-                    "error",
-                    segment.log,
-                    None,
-                    f"segment base offset {segment.base_offset} overlaps the previous segment, "
-                    f"which ends before {next_offset}",
-                )
-            )
-        try:
-            with mapped(segment.log) as data:
-                report.size_bytes += len(data)
-                batches, valid_size, next_offset = _check_log(
-                    segment,
-                    data,
-                    is_last=is_last,
-                    recovered=recovered,
-                    clean_shutdown=clean_shutdown,
-                    previous_next_offset=next_offset,
-                    report=report,
-                    progress=progress,
-                )
-        except UsageError as exc:
-            if segment.log.exists():
-                report.problems.append(Problem("error", segment.log, None, str(exc)))
-            else:  # a running service's cleaner replaced it: not a problem of the data
-                report.problems.append(
-                    Problem(
-                        "warning",
-                        segment.log,
-                        None,
-                        "vanished while verify ran (the cleaner replaced it); run verify again",
-                    )
-                )
-            continue
-        # Indexes of re-validated segments are rebuilt at open; others are used as found.
-        severity: Severity = "warning" if recovered else "error"
-        _check_offset_index(segment, batches, valid_size, severity, report)
-        last_offset = max((h.last_offset for h in batches.values()), default=None)
-        _check_time_index(segment, last_offset, severity, report)
-    for name in CHECKPOINT_FILES:
-        path = directory / name
-        if path.exists():
-            _check_checkpoint(path, report)
+    plan = _plan(directory, report)
+    if plan is not None:
+        report.segments = len(plan.segments)
+        for planned in plan.segments:
+            _read_segment(planned, report, progress, check=not planned.recover)
+    else:
+        report.segments = sum(1 for _ in _iter_logs(directory))
+    _check_cleaner_checkpoint(directory, report)
     return report
 
 

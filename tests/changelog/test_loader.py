@@ -14,7 +14,12 @@ import attrs
 import pytest
 
 from changelog.config import LogConfig
-from changelog.errors import CorruptRecordError
+from changelog.errors import (
+    CheckpointMismatchError,
+    CorruptCheckpointError,
+    CorruptRecordError,
+    LogInconsistencyError,
+)
 from changelog.fs import files
 from changelog.fs.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -23,7 +28,7 @@ from changelog.fs.checkpoint import (
 )
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
 from changelog.log import Log
-from changelog.record.batch import decode_records, encode_records
+from changelog.record.batch import decode_records, encode_batch, encode_records
 from changelog.segment.segment import LogSegment
 from tests.changelog.conftest import FakeClock, records
 
@@ -45,9 +50,9 @@ def recovered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     original = LogSegment.recover
 
-    def spy(segment: LogSegment) -> int:
+    def spy(segment: LogSegment, **kwargs: int | None) -> int:
         calls.append(segment.base_offset)
-        return original(segment)
+        return original(segment, **kwargs)
 
     monkeypatch.setattr(LogSegment, "recover", spy)
     return calls
@@ -106,14 +111,29 @@ def test_missing_checkpoints_recover_everything(
         assert state(log) == content
 
 
-def test_garbage_recovery_point_checkpoint_means_full_recovery(
-    log_dir: Path, small_config: LogConfig, clock: FakeClock, recovered: list[int]
+def _snapshot(log_dir: Path) -> dict[str, bytes]:
+    """Every file of the directory, by name, with its bytes."""
+    return {p.name: p.read_bytes() for p in sorted(log_dir.iterdir()) if p.is_file()}
+
+
+def refused(
+    log_dir: Path, config: LogConfig, clock: FakeClock, error: type[Exception]
+) -> Exception:
+    """Open must raise ``error`` and change nothing on disk; returns the error."""
+    before = _snapshot(log_dir)
+    with pytest.raises(error) as info:
+        Log.open(log_dir, config, clock)
+    assert _snapshot(log_dir) == before, "a refused open changed the directory"
+    return info.value
+
+
+def test_garbage_recovery_point_checkpoint_is_refused(
+    log_dir: Path, small_config: LogConfig, clock: FakeClock
 ) -> None:
-    content = build(log_dir, small_config, clock, clean=False)
+    build(log_dir, small_config, clock, clean=False)
     (log_dir / RECOVERY_POINT_CHECKPOINT).write_bytes(b"0\n7\nnonsense")
-    with Log.open(log_dir, small_config, clock) as log:
-        assert len(recovered) == len(log.segments)
-        assert state(log) == content
+    error = refused(log_dir, small_config, clock, CorruptCheckpointError)
+    assert error.path == log_dir / RECOVERY_POINT_CHECKPOINT  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------- torn and corrupt tails
@@ -134,23 +154,51 @@ def test_torn_tail_is_truncated(log_dir: Path, small_config: LogConfig, clock: F
         assert state(log) == expected
 
 
-def test_garbage_appended_is_truncated(
+def test_a_torn_write_of_a_long_batch_is_truncated(
     log_dir: Path, small_config: LogConfig, clock: FakeClock
 ) -> None:
+    """The start of a batch whose declared length runs past the end of the file: cut."""
     content = build(log_dir, small_config, clock, clean=False)
     active = max(log_dir.glob("*.log"))
     size = active.stat().st_size
+    head = encode_batch(content[-1][0] + 1, [(b"k", b"v" * 500)], timestamp_ms=1)
     with active.open("ab") as f:
-        f.write(os.urandom(300))
+        f.write(head[:300])
     with Log.open(log_dir, small_config, clock) as log:
         assert state(log) == content
-        assert active.stat().st_size == size
+    assert active.stat().st_size == size
 
 
-def test_corruption_past_recovery_point_truncates_and_drops_later_segments(
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        (0).to_bytes(8, "big") + (100).to_bytes(4, "big") + b"\x07" * 100,  # bad magic
+        (0).to_bytes(8, "big") + (10).to_bytes(4, "big") + b"\x02" * 10,  # too short a batch
+        b"\x01" * 20,  # a negative length
+    ],
+    ids=["bad-magic", "short-length", "negative-length"],
+)
+def test_garbage_appended_is_refused(
+    log_dir: Path, small_config: LogConfig, clock: FakeClock, garbage: bytes
+) -> None:
+    """Bytes no interrupted write leaves are not a torn tail: an error, nothing cut."""
+    build(log_dir, small_config, clock, clean=False)
+    active = max(log_dir.glob("*.log"))
+    size = active.stat().st_size
+    with active.open("ab") as f:
+        f.write(garbage)
+    error = refused(log_dir, small_config, clock, CorruptRecordError)
+    assert error.path == active  # type: ignore[attr-defined]
+    assert error.position == size  # type: ignore[attr-defined]
+
+
+def test_corruption_in_a_closed_segment_past_the_recovery_point_is_refused(
     log_dir: Path, small_config: LogConfig, clock: FakeClock
 ) -> None:
-    content = build(log_dir, small_config, clock, clean=False)
+    """Kafka truncates here and deletes every later segment; a replica refetches them.  We
+    have no replica: a closed segment was flushed when the log rolled past it, so damage
+    in it is an error naming the file, the position and the offset, and nothing changes."""
+    build(log_dir, small_config, clock, clean=False)
     (log_dir / RECOVERY_POINT_CHECKPOINT).unlink()  # recovery point 0: everything is re-validated
     bases = sorted(int(p.name[:20]) for p in log_dir.glob("*.log"))
     assert len(bases) >= 3
@@ -161,11 +209,29 @@ def test_corruption_past_recovery_point_truncates_and_drops_later_segments(
     with victim.open("r+b") as f:
         f.seek(position + 40)
         f.write(b"\x00\x01\x02")
-    with Log.open(log_dir, small_config, clock) as log:
-        assert [s.base_offset for s in log.segments] == bases[:2]
-        assert log.log_end_offset == header.base_offset
-        assert state(log) == [r for r in content if r[0] < header.base_offset]
-    assert not seg_path(log_dir, bases[2]).exists()
+    error = refused(log_dir, small_config, clock, CorruptRecordError)
+    assert error.path == victim  # type: ignore[attr-defined]
+    assert error.position == position  # type: ignore[attr-defined]
+    assert error.offset == header.base_offset  # type: ignore[attr-defined]
+
+
+def test_corruption_in_the_middle_of_the_active_segment_is_refused(
+    log_dir: Path, small_config: LogConfig, clock: FakeClock
+) -> None:
+    """Valid batches after the damage: not a torn tail, so nothing is cut."""
+    build(log_dir, small_config, clock, clean=False)
+    active = max(log_dir.glob("*.log"))
+    base = int(active.name[:20])
+    with LogSegment.open(log_dir, base, config=small_config) as segment:
+        positions = [(p, h) for p, h in segment.headers()]
+    assert len(positions) >= 3
+    position, _header = positions[1]
+    with active.open("r+b") as f:
+        f.seek(position + 65)
+        f.write(b"\xff")
+    error = refused(log_dir, small_config, clock, CorruptRecordError)
+    assert error.position == position  # type: ignore[attr-defined]
+    assert "valid batch follows" in str(error)
 
 
 def test_corruption_below_recovery_point_is_reported_on_read(
@@ -322,22 +388,56 @@ def test_swap_files_complete_the_replace(
     assert not any(n.endswith((".swap", ".deleted")) for n in names)
 
 
-def test_log_start_checkpoint_past_log_end_is_ignored_and_data_kept(
+@pytest.mark.parametrize("offset", [1, 5000])
+def test_log_start_checkpoint_above_the_first_segment_is_refused(
+    log_dir: Path, small_config: LogConfig, clock: FakeClock, offset: int
+) -> None:
+    """Kafka deletes every segment below it (its DeleteRecords moves the log start); ours
+    only ever moves to a segment's base offset, so such a checkpoint is damage."""
+    build(log_dir, small_config, clock, clean=True)
+    write_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, "changelog", 0, offset)
+    error = refused(log_dir, small_config, clock, CheckpointMismatchError)
+    assert error.actual == offset  # type: ignore[attr-defined]
+
+
+def test_recovery_point_above_the_log_end_is_refused(
     log_dir: Path, small_config: LogConfig, clock: FakeClock
 ) -> None:
-    # Kafka deletes every segment here (its DeleteRecords can move the log start past a
-    # replica's end); nothing of ours can, so such a checkpoint is damage: keep the data.
+    build(log_dir, small_config, clock, clean=False)
+    write_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, "changelog", 0, 10_000)
+    refused(log_dir, small_config, clock, LogInconsistencyError)
+
+
+def test_a_missing_segment_is_refused(
+    log_dir: Path, small_config: LogConfig, clock: FakeClock
+) -> None:
     build(log_dir, small_config, clock, clean=True)
-    with Log.open(log_dir, small_config, clock) as log:
-        before = state(log)
-        end = log.log_end_offset
-        first_base = log.segments[0].base_offset
-    write_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, "changelog", 0, 5000)
-    with Log.open(log_dir, small_config, clock) as log:
-        assert (log.log_start_offset, log.log_end_offset) == (first_base, end)
-        assert state(log) == before
-        log.append(records(0, 1))
-        assert log.log_end_offset == end + 1
+    bases = sorted(int(p.name[:20]) for p in log_dir.glob("*.log"))
+    for suffix in (".log", ".index", ".timeindex"):
+        seg_path(log_dir, bases[1], suffix).unlink()
+    error = refused(log_dir, small_config, clock, LogInconsistencyError)
+    assert error.offset is not None and error.offset < bases[2]  # type: ignore[attr-defined]
+
+
+def test_a_closed_segment_cut_at_a_batch_boundary_is_refused(
+    log_dir: Path, small_config: LogConfig, clock: FakeClock
+) -> None:
+    build(log_dir, small_config, clock, clean=True)
+    victim = seg_path(log_dir, 0)
+    with LogSegment.open(log_dir, 0, config=small_config) as segment:
+        position, _header = list(segment.headers())[-1]
+    os.truncate(victim, position)
+    refused(log_dir, small_config, clock, LogInconsistencyError)
+
+
+def test_a_closed_segment_cut_mid_batch_is_refused(
+    log_dir: Path, small_config: LogConfig, clock: FakeClock
+) -> None:
+    build(log_dir, small_config, clock, clean=True)
+    victim = seg_path(log_dir, 0)
+    os.truncate(victim, victim.stat().st_size - 7)
+    error = refused(log_dir, small_config, clock, CorruptRecordError)
+    assert error.path == victim  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------- crash injection

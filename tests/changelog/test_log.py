@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import attrs
 import pytest
 
 from changelog.cleaner.clean import clean_log
@@ -19,6 +20,7 @@ from changelog.errors import (
     InvalidConfigError,
     InvalidRecordError,
     LogClosedError,
+    LogFailedError,
     LogLockedError,
     LogStorageError,
     OffsetOutOfRangeError,
@@ -518,15 +520,28 @@ def _failing(step_name: str) -> files.FaultHook:
     return hook
 
 
-def test_failed_write_leaves_the_log_usable(open_log: Log) -> None:
-    open_log.append(records(0, 2))
-    size = open_log.active_segment.size_bytes
-    with files.inject_faults(_failing("segment.append")), pytest.raises(LogStorageError):
-        open_log.append(records(2, 2))
-    assert open_log.log_end_offset == 2
-    assert open_log.active_segment.size_bytes == size
-    open_log.append(records(2, 2))
-    assert [o for o, _, _ in kv(open_log)] == [0, 1, 2, 3]
+@pytest.mark.parametrize("step", ["segment.append", "index.append"])
+def test_failed_write_fails_the_log_until_reopened(
+    log_dir: Path, small_config: LogConfig, clock: FakeClock, step: str
+) -> None:
+    """Nothing is acknowledged on top of a partial write: the log refuses every call, the
+    failed batch is cut back, and reopening recovers exactly the acknowledged batches."""
+    log = Log.open(log_dir, attrs.evolve(small_config, index_interval_bytes=0), clock)
+    log.append(records(0, 2))
+    log.append(records(2, 2))
+    size = log.active_segment.size_bytes
+    with files.inject_faults(_failing(step)), pytest.raises(LogStorageError):
+        log.append(records(4, 2))
+    assert log.failed is not None
+    with pytest.raises(LogFailedError) as info:
+        log.append(records(4, 2))
+    assert info.value.cause is log.failed
+    assert log.active_segment.size_bytes == size
+    log.close()  # a no-op
+    with Log.open(log_dir, small_config, clock) as reopened:
+        assert [o for o, _, _ in kv(reopened)] == [0, 1, 2, 3]
+        reopened.append(records(4, 2))
+        assert [o for o, _, _ in kv(reopened)] == [0, 1, 2, 3, 4, 5]
 
 
 def test_failed_fsync_abandons_the_log(

@@ -3,12 +3,12 @@
 | case | outcome |
 |---|---|
 | torn tail (unclean shutdown) | the tail is truncated to the last whole batch |
-| garbage appended (unclean shutdown) | truncated back; the garbage is never read |
+| garbage appended (unclean shutdown) | refused with ``CorruptRecordError`` naming the file and position, nothing changed (garbage no interrupted write leaves); or, when it could be the start of a batch cut short, cut; never read |
 | torn tail / garbage after a *clean* shutdown | never returned as data: truncated or a typed error with path and position |
-| a bit flipped inside a closed segment | reading it raises ``CorruptRecordError`` naming the ``.log`` file and the batch position; other batches read fine; no altered record is ever returned |
-| a bit flipped past the recovery point (unclean shutdown) | recovery truncates at the corrupt batch (Kafka's rule): a prefix of the log |
+| a bit flipped inside a closed segment | reading it (or, near the segment's end, opening) raises a typed error naming the ``.log`` file; other batches read fine; no altered record is ever returned |
+| a bit flipped in the active segment with valid batches after it (unclean shutdown) | the open is refused (``CorruptRecordError``, file and position), nothing changed: not Kafka's rule, which truncates there |
 | ``.index``/``.timeindex`` deleted, garbage, truncated, or plausible but wrong | rebuilt at open; reads from every offset are exact |
-| checkpoint files truncated or garbage | ignored as absent (recovery point 0: everything re-validated); data exact |
+| checkpoint files truncated, garbage, or implausible | the open is refused with a typed error naming the file (or the directory), nothing changed; or, where provably harmless, data exact |
 | a segment ``.log`` missing (middle; or last after a clean shutdown) | a typed ``CorruptDataError`` at open naming the missing offset range |
 
 Each figure goes to the ``corruption.*`` lines of the reliability summary.
@@ -113,7 +113,11 @@ def test_torn_tail_after_unclean_shutdown_is_truncated(partition: Path, cut: int
 
 
 @pytest.mark.parametrize("size", [1, 12, 61, 500, 5000])
-def test_garbage_appended_after_unclean_shutdown_is_truncated(partition: Path, size: int) -> None:
+def test_garbage_appended_after_unclean_shutdown_is_cut_or_refused(
+    partition: Path, size: int
+) -> None:
+    """Garbage no interrupted write leaves is refused (nothing changed); garbage that could
+    be the start of a batch cut short (too few bytes to tell) is cut.  Never read as data."""
     original = build(partition, clean=False)
     active = segment_logs(partition)[-1]
     length_before = active.stat().st_size
@@ -123,11 +127,21 @@ def test_garbage_appended_after_unclean_shutdown_is_truncated(partition: Path, s
         struct.pack_into(">qi", garbage, 0, original[-1][0] + 1, min(size - 12, 1000))
     with active.open("ab") as handle:
         handle.write(garbage)
-    got = read_all(partition)
-    ok = got == original
+    before = snapshot(partition)
+    got, error = attempt_read(partition)
+    if error is not None:
+        ok = error.path == active and error.position == length_before
+        ok = ok and snapshot(partition) == before
+    else:
+        ok = got == original and active.stat().st_size == length_before
     stats.record("corruption.garbage-tail", trials=1, faults=1, wrong=int(not ok))
+    stats.note("corruption.garbage-tail", "refused" if error is not None else "cut")
     assert ok
-    assert active.stat().st_size == length_before
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file of a directory with its bytes (a refused open must change none)."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
 @pytest.mark.parametrize("damage", ["torn", "garbage"])
@@ -182,7 +196,7 @@ def test_bit_flip_in_a_closed_segment_is_a_typed_error_never_data(tmp_path: Path
         _flip(trial / closed.name, position + at, rng.randrange(8))
         got, error = attempt_read(trial)
         if error is not None:
-            ok = error.path.name == closed.name and error.position == position
+            ok = error.path.name == closed.name
             detected += 1
             if not ok:
                 altered.append(f"byte {at}: error names {error.path.name}@{error.position}")
@@ -200,15 +214,23 @@ def test_bit_flip_in_a_closed_segment_is_a_typed_error_never_data(tmp_path: Path
     assert detected > 0
 
 
-def test_bit_flip_past_the_recovery_point_is_truncated_at_open(partition: Path) -> None:
-    original = build(partition, clean=False)
+def test_bit_flip_in_the_active_segment_is_refused_not_truncated(partition: Path) -> None:
+    """Kafka truncates at the corrupt batch (the issue's 113 KB of acknowledged data); valid
+    batches follow it, so it is not a torn tail: the open is refused, nothing changed."""
+    build(partition, clean=False)
     active = segment_logs(partition)[-1]
     position, _size = batch_positions(active)[0]
     _flip(active, position + 40, 3)  # inside the CRC-covered max_timestamp
-    got = read_all(partition)
-    ok = is_whole_batch_prefix(got, original) and len(got) < len(original)
+    before = snapshot(partition)
+    _got, error = attempt_read(partition)
+    ok = (
+        isinstance(error, CorruptRecordError)
+        and error.path == active
+        and error.position == position
+        and snapshot(partition) == before
+    )
     stats.record("corruption.bit-flip-unclean", trials=1, faults=1, wrong=int(not ok))
-    assert ok
+    assert ok, error
 
 
 def test_reading_the_rest_of_the_log_around_a_corrupt_batch(tmp_path: Path) -> None:
@@ -304,7 +326,7 @@ CHECKPOINTS = ["recovery-point-offset-checkpoint", "log-start-offset-checkpoint"
 
 @pytest.mark.parametrize("name", CHECKPOINTS)
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "bad-count", "huge-offset"])
-def test_damaged_checkpoint_is_ignored(partition: Path, name: str, damage: str) -> None:
+def test_damaged_checkpoint_is_refused_or_harmless(partition: Path, name: str, damage: str) -> None:
     original = build(partition, clean=False)
     path = partition / name
     text = path.read_bytes() if path.exists() else b"0\n1\ncorrupt 0 0\n"
@@ -318,10 +340,12 @@ def test_damaged_checkpoint_is_ignored(partition: Path, name: str, damage: str) 
         path.write_bytes(b"0\n7\ncorrupt 0 5\n")
     elif damage == "huge-offset":
         path.write_bytes(b"0\n1\ncorrupt 0 99999999\n")
+    before = snapshot(partition)
     got, error = attempt_read(partition)
-    if error is not None:  # a typed error naming the file is also acceptable
+    if error is not None:  # a typed error naming the file (or the directory), nothing changed
         stats.record("corruption.checkpoint", trials=1, faults=1)
-        assert error.path.name == name
+        assert error.path.name in (name, partition.name), error
+        assert snapshot(partition) == before
         return
     ok = got == original
     stats.record("corruption.checkpoint", trials=1, faults=1, wrong=int(not ok))

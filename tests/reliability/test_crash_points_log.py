@@ -30,6 +30,7 @@ from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.errors import ChangelogError
 from changelog.log import Log
+from changelog.record.batch import encode_batch
 from tests.reliability import stats
 from tests.reliability.conftest import SOAK_SCALE
 from tests.reliability.crash import CrashAt, StepRecorder, abandon_dir, crashing_at
@@ -229,10 +230,12 @@ def _prepare_torn(n: int, config: dict[str, Any]) -> Callable[[Path, Clock], Non
         log = open_log(directory, config, clock)
         _append_commits(log, 0, n - 1)
         active = log.active_segment.log_path
+        end = log.log_end_offset
         log.abandon()  # crash: no checkpoints, no marker
         abandon_dir(directory)
+        torn = encode_batch(end, [(b"torn", b"t" * 300)], timestamp_ms=1)
         with active.open("ab") as handle:
-            handle.write(b"\x00\x00\x00\x00\x00\x00\x00\x63\x00\x00\x01\x00garbage-tail")
+            handle.write(torn[:40])  # a write cut short: the start of a real batch
         for index in directory.glob("*.index"):
             index.unlink()
             break

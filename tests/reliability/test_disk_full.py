@@ -4,7 +4,8 @@ The child appends (or commits) until the limit makes one fail.  Checked:
 
 - the failing append/commit raises a clear typed error (``LogStorageError``
   with ``errno`` EFBIG and the segment path; ``CommitFailedError`` with the
-  changelog error as its cause);
+  changelog error as its cause); the log is failed from then on (every call
+  raises ``LogFailedError``) until it is reopened, in the same process;
 - nothing acknowledged before it is lost, in the failing process itself and
   after a restart without the limit ("space returned");
 - the state is exactly the model at a commit boundary (the failed commit is
@@ -69,6 +70,8 @@ def test_disk_full_on_log_append(tmp_path: Path, limit_bytes: int) -> None:
     assert outcome["errno"] == errno.EFBIG
     assert outcome["path"].endswith(".log")
     assert outcome["failed"] == last_ack + 1
+    assert outcome["read_after_failure"] == "LogFailedError", outcome
+    assert outcome["second_append"] == "LogFailedError", outcome
     assert outcome.get("read_error") is None, outcome.get("read_error")
     assert outcome["seq_after_failure"] == last_ack, "the failing process lost or gained a commit"
     assert seq >= last_ack

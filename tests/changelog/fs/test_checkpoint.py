@@ -136,6 +136,7 @@ def test_write_is_atomic_at_every_step(tmp_path: Path) -> None:
     with files.inject_faults(lambda step, _path: steps.append(step)):
         write_checkpoint(path, new)
     assert steps == [
+        "checkpoint.create",
         "checkpoint.write",
         "checkpoint.fsync",
         "checkpoint.rename",
