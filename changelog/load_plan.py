@@ -62,12 +62,14 @@ import itertools
 import logging
 import mmap
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, Literal
 
 import attrs
 
+from changelog.config import LogConfig
 from changelog.errors import (
     CheckpointMismatchError,
     CorruptIndexError,
@@ -91,6 +93,7 @@ from changelog.record.batch import (
     declared_size,
     decode_header,
 )
+from changelog.record.header import field_offset
 from changelog.segment.offset_index import OffsetIndex
 from changelog.segment.reader import SegmentReader
 from changelog.segment.time_index import TimeIndex
@@ -109,7 +112,10 @@ _INDEX_SUFFIXES: Final = (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
 _DERIVED_SUFFIXES: Final = (*_INDEX_SUFFIXES, files.TXN_INDEX_SUFFIX)
 """Files derived from a ``.log``: an orphan of any of them is handled by pass L6."""
 _KINDS: Final = (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)
-_MAGIC_POSITION: Final = 16
+_MAGIC_POSITION: Final = field_offset("magic")
+_LAST_OFFSET_DELTA_AT: Final = field_offset("last_offset_delta")
+_BASE_OFFSET: Final = struct.Struct(">q")
+_DELTA: Final = struct.Struct(">i")
 _MAGIC_BYTE: Final = bytes([MAGIC])
 _PAGE: Final = 4096
 
@@ -233,8 +239,9 @@ class _Planner:
     """Passes L1-L6 on a view of the directory: ``view`` maps each ordinary file name that
     will exist after L5 to the path it has now."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, retention: bool) -> None:
         self.directory = directory
+        self.retention = retention
         self.steps: list[PlannedStep] = []
         self.warnings: list[str] = []
         self.view: dict[str, Path] = {}
@@ -242,8 +249,8 @@ class _Planner:
     def step(self, pass_name: str, action: Action, path: Path, reason: str, **kw: object) -> None:
         self.steps.append(PlannedStep(pass_name, action, path, reason, **kw))  # type: ignore[arg-type]
 
-    def protocol_passes(self) -> set[int]:
-        """L1-L6; returns nothing, fills ``view``."""
+    def protocol_passes(self, recovery_point: int) -> set[int]:
+        """L1-L6; fills ``view``; returns the base offsets that had protocol files."""
         listing = _listing(self.directory)
         try:
             names = sorted(p.name for p in self.directory.iterdir())
@@ -296,10 +303,10 @@ class _Planner:
             target = self.directory / name
             self.step("L5", "rename", f.path, "completing an interrupted replace", target=target)
             self.view[name] = f.path
-        self._orphans(explained)  # L6
+        self._orphans(explained, recovery_point)  # L6
         return explained
 
-    def _orphans(self, explained: set[int]) -> None:
+    def _orphans(self, explained: set[int], recovery_point: int) -> None:
         logs = sorted(
             files.parse_base_offset(name)[0]  # type: ignore[index]
             for name in self.view
@@ -315,6 +322,33 @@ class _Planner:
             if files.segment_file_name(base, files.LOG_SUFFIX) in self.view:
                 continue
             log_path = self.directory / files.segment_file_name(base, files.LOG_SUFFIX)
+            if base > highest and base <= recovery_point and base not in explained:
+                entries = _index_columns(
+                    OffsetIndex if suffix == files.INDEX_SUFFIX else TimeIndex,
+                    self.view[name],
+                )
+                if isinstance(entries, tuple) and len(entries[0]):
+                    raise LogInconsistencyError(
+                        log_path,
+                        None,
+                        f"the active segment's .log is missing: {name} is here and indexes"
+                        f" {len(entries[0])} entries from offset {base} on, and the recovery"
+                        f" point {recovery_point} says the log had rolled to it (a roll's"
+                        " new files are durable before anything is appended, so only an empty"
+                        " index may be left by a crash); restore the file, or delete the"
+                        " index files to accept the loss",
+                        offset=base,
+                    )
+            if base < lowest and not self.retention and base not in explained:
+                raise LogInconsistencyError(
+                    log_path,
+                    None,
+                    f"the first segment's .log is missing: {name} is here, and a log whose"
+                    " cleanup policy has no 'delete' never deletes its oldest segment"
+                    " (retention is what leaves such an index behind); restore the file,"
+                    " or delete the index files to accept the loss",
+                    offset=base,
+                )
             if lowest < base < highest and base not in explained:
                 raise LogInconsistencyError(
                     log_path,
@@ -488,7 +522,7 @@ class _SegmentCheck:
         )
 
     def revalidated(
-        self, upper: int | None, *, is_last: bool, recovery_point: int
+        self, upper: int | None, *, is_last: bool, recovery_point: int, strict: bool
     ) -> PlannedSegment:
         """After an unclean shutdown: every batch CRC-checked; only a torn tail may go."""
         with _open_read_only(self.log_path, self.base) as reader:
@@ -503,7 +537,20 @@ class _SegmentCheck:
                 position = exc.position if exc.position is not None else valid
                 if not is_last:
                     raise self._closed_damage(exc, next_offset, trusted=False) from exc
-                valid, next_offset = self._torn_tail(exc, position, next_offset, recovery_point)
+                valid, next_offset = self._torn_tail(
+                    exc, position, next_offset, recovery_point, strict=strict
+                )
+            else:
+                if is_last and strict:
+                    with _mapped(self.log_path) as data:
+                        problem = self._indexed_beyond(data, valid, next_offset)
+                    if problem is not None:
+                        raise LogInconsistencyError(
+                            self.log_path,
+                            valid,
+                            f"the active segment ends at offset {next_offset - 1}, but {problem}",
+                            offset=next_offset,
+                        )
         return PlannedSegment(
             base_offset=self.base,
             log_path=self.log_path,
@@ -515,9 +562,20 @@ class _SegmentCheck:
         )
 
     def _torn_tail(
-        self, exc: CorruptRecordError, position: int, next_offset: int, recovery_point: int
+        self,
+        exc: CorruptRecordError,
+        position: int,
+        next_offset: int,
+        recovery_point: int,
+        *,
+        strict: bool,
     ) -> tuple[int, int]:
-        """``(valid bytes, next offset)`` if the damage at ``position`` is a torn tail; else raise."""
+        """``(valid bytes, next offset)`` if the damage at ``position`` is a torn tail; else raise.
+
+        Not ``strict`` (a flush policy looser than one fsync per append): any
+        damage above the recovery point is cut, with what follows it (Kafka's
+        rule), since unflushed appends may have reached the disk in any order.
+        """
         with _mapped(self.log_path) as data:
             problem = None
             if next_offset < recovery_point:
@@ -525,6 +583,8 @@ class _SegmentCheck:
                     f"it lies below the recovery point {recovery_point} (those offsets were"
                     " flushed)"
                 )
+            elif not strict:
+                pass
             else:
                 after = _valid_batch_after(data, position, self.log_path)
                 if after is not None:
@@ -539,6 +599,8 @@ class _SegmentCheck:
                         " checksum or framing, not cut off by the end of the file nor"
                         " zero-filled)"
                     )
+                else:
+                    problem = self._indexed_beyond(data, position, next_offset)
         if problem is None:
             return position, next_offset
         raise CorruptRecordError(
@@ -550,6 +612,46 @@ class _SegmentCheck:
             actual=exc.actual,
             offset=next_offset,
         )
+
+    def _indexed_beyond(
+        self, data: bytes | mmap.mmap, position: int, next_offset: int
+    ) -> str | None:
+        """Why the indexes prove batches beyond ``position`` existed and were acknowledged.
+
+        An index entry is written right after its batch (``LogSegment.append``),
+        so the batch an entry names was written whole; every batch *before* it
+        was acknowledged (fsynced) before it was appended.  So an offset index
+        entry at a position past the valid end, or a time index entry naming an
+        offset past the torn batch, means the file lost acknowledged batches
+        (it was cut), not a write cut short.  Only the batch the last entry names
+        may legitimately be torn (its own fsync may not have happened).
+        """
+        offsets = _index_columns(OffsetIndex, self.paths[files.INDEX_SUFFIX])
+        if isinstance(offsets, tuple) and len(offsets[0]) and offsets[1][-1] > position:
+            return (
+                f"its offset index names a batch at position {offsets[1][-1]} (ending at offset"
+                f" {self.base + offsets[0][-1]}), past the valid end {position}: acknowledged"
+                " batches before that one are gone (the file was cut), not a torn write"
+            )
+        times = _index_columns(TimeIndex, self.paths[files.TIME_INDEX_SUFFIX])
+        if isinstance(times, tuple) and len(times[1]):
+            named = self.base + times[1][-1]
+            torn_last = _torn_last_offset(data, position)
+            if named >= next_offset and torn_last is not None and named > torn_last:
+                return (
+                    f"its time index names offset {named}, which is neither before the damage"
+                    f" nor in the torn batch: acknowledged batches are gone (the file was cut)"
+                )
+        return None
+
+
+def _torn_last_offset(data: bytes | mmap.mmap, position: int) -> int | None:
+    """The last offset the torn batch at ``position`` declares, if its header got that far."""
+    if len(data) - position < _LAST_OFFSET_DELTA_AT + 4:
+        return None
+    base: int = _BASE_OFFSET.unpack_from(data, position)[0]
+    delta: int = _DELTA.unpack_from(data, position + _LAST_OFFSET_DELTA_AT)[0]
+    return base + delta
 
 
 class _mapped:  # noqa: N801 - a context manager used like a function
@@ -634,9 +736,25 @@ def _valid_batch_after(
 # --------------------------------------------------------------------------- the plan
 
 
-def plan_load(directory: Path, *, topic: str, partition: int) -> LoadPlan:
-    """Decide passes L1-L10 for ``directory`` (read-only); raise the error open would raise."""
-    planner = _Planner(directory)
+def plan_load(
+    directory: Path, *, topic: str, partition: int, config: LogConfig | None = None
+) -> LoadPlan:
+    """Decide passes L1-L10 for ``directory`` (read-only); raise the error open would raise.
+
+    Two settings of ``config`` (default: :class:`LogConfig`'s defaults, which
+    is what ``statestore verify`` assumes) matter.  ``flush_messages == 1``
+    says the log was written with the default flush policy
+    (``flush_messages=1``: every acknowledged append fsynced), which is what
+    makes "only a torn last batch" the only crash damage; with a looser policy
+    the active segment's damage above the recovery point is cut (see
+    :meth:`_SegmentCheck._torn_tail`).  A ``cleanup_policy`` with ``delete``
+    allows retention (only then may the oldest segments go, so only then is an
+    index file below the first ``.log`` a leftover rather than a lost segment).
+    """
+    config = config if config is not None else LogConfig()
+    flush_per_append = config.flush_messages == 1
+    retention = "delete" in config.cleanup_policy
+    planner = _Planner(directory, retention=retention)
     marker = directory / CLEAN_SHUTDOWN_FILE
     had_clean_shutdown = marker.exists()
     rp_path = directory / RECOVERY_POINT_CHECKPOINT
@@ -652,8 +770,10 @@ def plan_load(directory: Path, *, topic: str, partition: int) -> LoadPlan:
                     f"missing, yet {CLEAN_SHUTDOWN_FILE} says the log was closed cleanly"
                     " (a clean close writes it before the marker)",
                 )
-    planner.protocol_passes()  # L1-L6
-    segments = _plan_segments(planner, had_clean_shutdown, checkpointed_rp)  # L7-L8
+    planner.protocol_passes(checkpointed_rp or 0)  # L1-L6
+    segments = _plan_segments(
+        planner, had_clean_shutdown, checkpointed_rp, strict=flush_per_append
+    )  # L7-L8
     foreign = checkpointed_rp is None and checkpointed_start is None and not had_clean_shutdown
     _check_contiguous(segments, foreign, planner.warnings)
     # L9
@@ -733,7 +853,7 @@ def plan_load(directory: Path, *, topic: str, partition: int) -> LoadPlan:
 
 
 def _plan_segments(
-    planner: _Planner, had_clean_shutdown: bool, checkpointed_rp: int | None
+    planner: _Planner, had_clean_shutdown: bool, checkpointed_rp: int | None, *, strict: bool
 ) -> list[PlannedSegment]:
     """Passes L7 (trusted segments) and L8 (re-validated ones), read-only."""
     bases = sorted(
@@ -754,7 +874,9 @@ def _plan_segments(
         upper = bases[i + 1] if i + 1 < len(bases) else None
         is_last = upper is None
         if i >= first_revalidated:
-            segment = check.revalidated(upper, is_last=is_last, recovery_point=recovery_point)
+            segment = check.revalidated(
+                upper, is_last=is_last, recovery_point=recovery_point, strict=strict
+            )
             if segment.valid_bytes < segment.size_bytes:
                 planner.step(
                     "L8",

@@ -143,7 +143,7 @@ def load_log(
     """Plan passes L1-L11 over ``directory`` (raising, unchanged, if it is damaged), run them,
     and return its segments, opened and consistent."""
     prefix = f"[{topic}-{partition}] "
-    plan = plan_load(directory, topic=topic, partition=partition)
+    plan = plan_load(directory, topic=topic, partition=partition, config=config)
     for warning in plan.warnings:
         logger.warning("%s%s", prefix, warning)
     if not plan.had_clean_shutdown:

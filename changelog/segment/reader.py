@@ -35,6 +35,7 @@ from changelog.errors import (
     LogStorageError,
     UnsupportedFormatError,
 )
+from changelog.limits import INT32_MAX
 from changelog.record.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -336,5 +337,15 @@ class SegmentReader:
                 "batch offset below the segment's base offset",
                 expected=self.base_offset,
                 actual=header.base_offset,
+            )
+        if header.last_offset - self.base_offset > INT32_MAX:
+            # no writer puts it there (an index entry could not even name it): a damaged
+            # base offset, which the CRC does not cover
+            raise CorruptRecordError(
+                self.path,
+                position,
+                "batch offsets beyond the segment's range (base offset + 2**31 - 1)",
+                expected=f"<= {self.base_offset + INT32_MAX}",
+                actual=header.last_offset,
             )
         return header

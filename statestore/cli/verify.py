@@ -19,6 +19,11 @@ or takes a lock (verify works next to a running service):
    raises ``CorruptRecordError``), as is an unparsable
    ``cleaner-offset-checkpoint`` (the loader does not read it).
 
+verify plans with :class:`~changelog.config.LogConfig`'s defaults (one fsync
+per append, cleanup policy ``compact``), which is what stores use unless
+configured otherwise; a log written with another flush policy or with
+retention may be judged more strictly than its own open judges it.
+
 ``verify`` exits 1 on errors (and on warnings with ``--strict``).  The JSON
 output carries the open verdict on its own (``open.refused``, ``open.error``,
 ``open.steps``), which a test holds equal to what ``Log.open`` then does.
