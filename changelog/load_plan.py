@@ -72,6 +72,7 @@ import attrs
 from changelog.config import LogConfig
 from changelog.errors import (
     CheckpointMismatchError,
+    CorruptDataError,
     CorruptIndexError,
     CorruptRecordError,
     LogInconsistencyError,
@@ -80,6 +81,7 @@ from changelog.errors import (
 )
 from changelog.fs import files
 from changelog.fs.checkpoint import (
+    CLEANER_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     read_checkpoint,
@@ -775,7 +777,7 @@ def plan_load(
         planner, had_clean_shutdown, checkpointed_rp, strict=flush_per_append
     )  # L7-L8
     foreign = checkpointed_rp is None and checkpointed_start is None and not had_clean_shutdown
-    _check_contiguous(segments, foreign, planner.warnings)
+    _check_contiguous(segments, foreign, _cleaned_below(directory), planner.warnings)
     # L9
     if not segments:
         for path, value in ((rp_path, checkpointed_rp), (ls_path, checkpointed_start)):
@@ -905,8 +907,22 @@ def _plan_segments(
     return planned
 
 
-def _check_contiguous(segments: list[PlannedSegment], foreign: bool, warnings: list[str]) -> None:
-    """Each segment's next offset is the next one's base offset (module docstring)."""
+def _cleaned_below(directory: Path) -> int:
+    """The cleaner checkpoint's offset (below it the log was compacted), 0 if none or unreadable
+    (the cleaner itself reports an unreadable one)."""
+    try:
+        entries = read_checkpoint(directory / CLEANER_CHECKPOINT)
+    except (CorruptDataError, LogStorageError):
+        return 0
+    return max(entries.values(), default=0)
+
+
+def _check_contiguous(
+    segments: list[PlannedSegment], foreign: bool, cleaned_below: int, warnings: list[str]
+) -> None:
+    """Each segment's next offset is the next one's base offset (module docstring), except
+    after a segment the cleaner rewrote: it drops a group's emptied last batch (Kafka's rule),
+    so a compacted segment may end before the next one begins."""
     for current, following in itertools.pairwise(segments):
         if current.next_offset == following.base_offset:
             continue
@@ -927,6 +943,12 @@ def _check_contiguous(segments: list[PlannedSegment], foreign: bool, warnings: l
             f" segment starts at {following.base_offset}: offsets"
             f" [{current.next_offset}, {following.base_offset}) are missing"
         )
+        if (
+            current.base_offset < cleaned_below
+            or current.size_bytes == 0
+            or current.log_path.name.endswith(files.SWAP_SUFFIX)
+        ):
+            continue  # compacted (or being swapped in): the cleaner may leave this hole
         if foreign:
             warnings.append(
                 message + " (a directory without our checkpoints: allowed, as a Kafka"
