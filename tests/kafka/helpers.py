@@ -118,9 +118,15 @@ def our_rows(log: Log) -> list[Row]:
 
 
 def our_verify(partition_dir: Path) -> PartitionReport:
-    """``statestore verify`` (read-only) on ``partition_dir``: no error, no warning."""
+    """``statestore verify`` (read-only) on ``partition_dir``: no error, no warning but the holes a broker's cleaner leaves."""
     report = verify_partition(partition_dir, Progress("verify", enabled=False))
-    bad = [str(p) for p in report.problems if p.severity != "info"]
+    bad = [
+        str(p)
+        for p in report.problems
+        if p.severity != "info"
+        # a broker's cleaner leaves holes between segments: verify names them, as a warning
+        and not (p.severity == "warning" and "a Kafka broker's cleaner may leave" in p.message)
+    ]
     assert bad == [], f"statestore verify on {partition_dir}:\n" + "\n".join(bad)
     assert report.segments > 0 and report.batches > 0
     return report
