@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "changelog.log_dir": 5,
     "changelog.log": 5,
     "changelog.cleaner": 6,
+    "changelog.repair": 6,
     "changelog": 7,
     # statestore: base -> the store stack, inside out -> manager -> tools -> public API
     "statestore.errors": 10,
