@@ -14,6 +14,7 @@ drop-torn-tail), since a restore could not read it.
 The protocol (each file step a fault point of :mod:`changelog.fs.files`):
 
 - **B1** rename each ``<store>-rocksdb-<p>`` to ``<store>-rocksdb-<p>.deleted``
+  (deleting first the ``.deleted`` tree an interrupted earlier run left, if any)
   and fsync the state directory.  A crash after B1 leaves the partition
   without a RocksDB: the next open of the store replays its whole changelog
   into a new one.  A half-renamed set is the same, partition by partition.
@@ -147,6 +148,8 @@ def _apply(state_dir: Path, dirs: list[RocksDBDir]) -> list[dict[str, Any]]:
 
     with DirectoryLock(state_dir):
         for d in dirs:  # B1
+            if d.exists and d.leftover:  # an earlier run stopped after its B1: its B2 first
+                files.delete_tree(d.path.with_name(d.path.name + DELETED_SUFFIX), "repair.B2")
             if d.exists:
                 files.rename_file(
                     d.path,
