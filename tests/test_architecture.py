@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "changelog.log_reader": 5,
     "changelog.replace": 5,
     "changelog.recovery_point": 5,
+    "changelog.group_commit": 5,
     "changelog.producer_state": 5,
     "changelog.isolation": 5,
     "changelog.load_plan": 5,
