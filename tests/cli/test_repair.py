@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import msgpack
@@ -288,3 +289,37 @@ def test_rebuild_rocksdb_refuses_a_locked_state_and_a_refused_changelog(
     assert damaged.status == 1
     assert "repair it first" in damaged.err
     assert tree_hash(state) == before
+
+
+# --------------------------------------------------------------------------- docs
+
+
+def test_every_repair_remedy_and_flag_is_documented_in_cli_md() -> None:
+    import argparse  # noqa: PLC0415
+
+    from statestore.cli.app import build_parser  # noqa: PLC0415
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    section = docs[docs.index("## `repair`") :]
+
+    def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
+    remedies = subparsers(subparsers(build_parser())["repair"])
+    assert sorted(remedies) == ["drop-torn-tail", "rebuild-indexes", "rebuild-rocksdb", "truncate"]
+    for name, parser in remedies.items():
+        heading = f"### `repair {name}"
+        assert heading in section, f"no {heading} in docs/cli.md"
+        part = section[section.index(heading) :]
+        part = part[: part.index("\n### ", 1)] if "\n### " in part[1:] else part
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag in ("-h", "--help"):
+                    continue
+                word = re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
+                assert word.search(part) or word.search(section[: section.index("### ")]), (
+                    f"repair {name} {flag} is not documented in docs/cli.md"
+                )

@@ -309,3 +309,51 @@ def test_rebuild_rocksdb_survives_a_fault_at_every_file_step(tmp_path: Path) -> 
             trials += 1
             shutil.rmtree(trial.parent)
     assert trials >= 3 * 10
+
+
+def test_truncate_power_loss_images(tmp_path: Path) -> None:
+    """A power cut after any file operation of a truncation (only what was fsynced survives,
+    POSIX rules, ``power_loss.Recorder``): the image opens refused (typed) or with a prefix
+    holding everything below the cut, and the remedy run again gives exactly the result."""
+    import random  # noqa: PLC0415
+
+    from tests.reliability.power_loss import Recorder  # noqa: PLC0415
+
+    root = tmp_path / "root"
+    base = root / "trunc-0"
+    original = build(base)
+    logs = sorted(base.glob("*.log"))
+    data = logs[1].read_bytes()
+    logs[1].write_bytes(data[: len(data) - 30])
+    with pytest.raises(RepairRefusedError) as info:
+        plan_truncation(base, int(logs[2].name[:20]) - 1)
+    offset = info.value.offset
+    assert offset is not None
+    expected = [r for r in original if r[0] < offset]
+    rec = Recorder(root)
+    rec.start()
+    with rec.recording():
+        apply_truncation(plan_truncation(base, offset), config=CONFIG)
+    rng = random.Random(5)
+    images = 0
+    outcomes: dict[str, int] = {}
+    for step in range(rec.steps + 1):
+        for variant in range(2):
+            target = tmp_path / f"img{step}-{variant}"
+            rec.image(step, target, None if variant == 0 else rng)
+            image = target / base.name
+            opened = check_plain_open(
+                image, original, len(expected), tmp_path / f"s{step}-{variant}"
+            )
+            outcomes[opened] = outcomes.get(opened, 0) + 1
+            plan = plan_truncation(image, offset)
+            if not plan.nothing_to_do:
+                apply_truncation(plan, config=CONFIG)
+            assert read_all(image) == expected, f"step {step} variant {variant}"
+            assert verify_errors(image) == []
+            images += 1
+            shutil.rmtree(target)
+    stats.record("remedies.truncate.power-loss", trials=images, faults=images)
+    for name, count in outcomes.items():
+        stats.note("remedies.truncate.power-loss", f"then-open-{name}", count)
+    assert images >= 2 * 20
