@@ -390,7 +390,7 @@ def test_scans_read_ahead_at_most_eight_entries_before_the_first(
     from statestore.stores import typed as typed_module  # noqa: PLC0415
 
     source = iter([(b"%05d" % i, b"") for i in range(3000)])
-    chunks = typed_module._readahead(source, "kv")  # noqa: SLF001 - the readahead schedule itself
+    chunks = typed_module._readahead(source, "kv")
     assert len(next(chunks)) == 8
     sizes = [len(chunk) for chunk in chunks]
     assert sizes[:7] == [16, 32, 64, 128, 256, 512, 1024]
