@@ -131,8 +131,6 @@ class TruncationPlan:
     last_removed_offset: int | None
     damage: tuple[Damage, ...]
     """Damaged ranges in the removed part (their records cannot be listed)."""
-    damage_kept: tuple[Damage, ...]
-    """Damaged ranges below the cut: this remedy does not touch them."""
     key_changes: tuple[KeyChange, ...]
     had_clean_shutdown: bool
     recovery_point_before: int | None
@@ -211,9 +209,7 @@ class _Removed:
     state: dict[bytes | None, bool] = attrs.field(factory=dict)
 
 
-def plan_truncation(
-    directory: Path, offset: int, *, allow_damage_at_cut: bool = False
-) -> TruncationPlan:
+def plan_truncation(directory: Path, offset: int) -> TruncationPlan:
     """Plan removing every batch holding an offset ``>= offset`` (read-only; module docstring).
 
     Raises :class:`RepairRefusedError` (nothing changed) for an offset below
@@ -242,10 +238,7 @@ def plan_truncation(
             f" truncation can use is {log_start} (which empties the log)",
             offset=log_start,
         )
-    cut_index = max(i for i, s in enumerate(segments) if s.base_offset <= offset)
-    cut_segment = segments[cut_index]
     kept_state: dict[bytes | None, bool] = {}
-    kept_damage: list[Damage] = []
     committer = Committer()
 
     def keep(batch: Batch) -> None:
@@ -253,19 +246,22 @@ def plan_truncation(
             if counts:
                 _apply_keys(kept_state, item)
 
-    for segment in segments[:cut_index]:
-        for item in walk(segment.path):
-            if isinstance(item, Damage):
-                kept_damage.append(item)
-            else:
-                keep(item)
+    # Walk from the first segment to the cut: the first batch holding an offset >= offset,
+    # or damage where offset is the next one to come (the damage holds it), or the end of
+    # the segment before one that starts above offset.  Damage before that point refuses (module docstring).
+    cut_index = len(segments) - 1
     cut_position: int | None = None
-    next_offset = cut_segment.base_offset
+    next_offset = first_base
     removed_items: list[Batch | Damage] = []
-    for item in walk(cut_segment.path):
-        if cut_position is None:
+    for index, segment in enumerate(segments):
+        if segment.base_offset > offset:  # offset lies in a gap: the log ends before it
+            cut_index, cut_position = index - 1, segments[index - 1].size_bytes
+            break
+        next_offset = segment.base_offset
+        items = walk(segment.path)
+        for item in items:
             if isinstance(item, Damage):
-                if offset > next_offset or not (allow_damage_at_cut or offset == next_offset):
+                if offset > next_offset:
                     raise RepairRefusedError(
                         item.path,
                         f"offset {offset} lies beyond damage at position {item.position}"
@@ -274,17 +270,17 @@ def plan_truncation(
                         f" {next_offset}",
                         offset=next_offset,
                     )
-                cut_position = item.position
-                removed_items.append(item)
+            elif item.header.last_offset < offset:
+                next_offset = item.header.next_offset
+                keep(item)
                 continue
-            if item.header.last_offset >= offset:
-                cut_position = item.position
-                removed_items.append(item)
-                continue
-            next_offset = item.header.next_offset
-            keep(item)
-        else:
+            cut_index, cut_position = index, item.position
             removed_items.append(item)
+            removed_items.extend(items)
+            break
+        if cut_position is not None:
+            break
+    cut_segment = segments[cut_index]
     if cut_position is None:
         cut_position = cut_segment.size_bytes
     above = segments[cut_index + 1 :]
@@ -372,7 +368,6 @@ def plan_truncation(
         first_removed_offset=removed.first,
         last_removed_offset=removed.last,
         damage=tuple(removed.damage),
-        damage_kept=tuple(kept_damage),
         key_changes=changes,
         had_clean_shutdown=(directory / files.CLEAN_SHUTDOWN_FILE).exists(),
         recovery_point_before=rp_before,
@@ -418,7 +413,7 @@ def plan_torn_tail_drop(directory: Path) -> TruncationPlan:
         raise RepairRefusedError(
             last.path, "the last segment ends with a whole, valid batch: there is no torn tail"
         )
-    return plan_truncation(directory, next_offset, allow_damage_at_cut=True)
+    return plan_truncation(directory, next_offset)
 
 
 def _check_unchanged(plan: TruncationPlan) -> None:

@@ -136,15 +136,6 @@ def _truncation_doc(plan: Any, key_format: str) -> dict[str, Any]:
             }
             for d in plan.damage
         ],
-        "damage_kept": [
-            {
-                "path": str(d.path),
-                "position": d.position,
-                "size_bytes": d.size_bytes,
-                "reason": d.reason,
-            }
-            for d in plan.damage_kept
-        ],
         "keys": [
             {
                 "key": _key_text(c.key, key_format),
@@ -189,11 +180,6 @@ def _print_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: s
         out.write(
             f"removes unreadable bytes [{damage.position}, {damage.position + damage.size_bytes})"
             f" of {damage.path.name}: {damage.reason} (their records cannot be listed)\n"
-        )
-    for damage in plan.damage_kept:
-        out.write(
-            f"warning: damage below the cut stays: {damage.path.name} at position"
-            f" {damage.position} ({damage.reason}); verify will still report it\n"
         )
     changes = plan.key_changes
     unknown = (

@@ -85,7 +85,9 @@ def test_damage_before_the_offset_names_the_highest_offset_a_truncation_can_use(
     base = int(logs[1].name[:20])
     with pytest.raises(RepairRefusedError) as info:
         plan_truncation(plain, base + 10)
-    assert plan_truncation(plain, 95).damage_kept[0].path == logs[1]  # a cut above keeps it
+    with pytest.raises(RepairRefusedError) as above:
+        plan_truncation(plain, 95)  # a cut above would keep the damage: refused too
+    assert above.value.offset == base
     assert info.value.offset == base
     assert info.value.path == logs[1]
     plan = plan_truncation(plain, base)
