@@ -24,7 +24,6 @@ from changelog.errors import (
     LogStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
-    RepairRefusedError,
     UnsupportedFormatError,
 )
 from changelog.log import AppendInfo, Log
@@ -57,7 +56,6 @@ __all__ = [
     "OffsetOutOfRangeError",
     "Record",
     "RecordTooLargeError",
-    "RepairRefusedError",
     "UnsupportedFormatError",
     "clean_log",
 ]

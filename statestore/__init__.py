@@ -14,6 +14,8 @@ from statestore.errors import (
     StateDirLockedError,
     StateStoreError,
     StoreEngineError,
+    TransactionCoordinatorError,
+    TransactionLogCorruptError,
 )
 from statestore.manager import StateManager
 from statestore.partitioner import murmur2, partition_for
@@ -21,6 +23,7 @@ from statestore.serdes import AttrsSerde, BytesSerde, IntSerde, MsgpackSerde, Se
 from statestore.stores.lifecycle import StoreState
 from statestore.stores.restore import RestoreProgress, RestoreResult, StateRestoreListener
 from statestore.stores.typed import KeyValueStore
+from statestore.txn.coordinator import TransactionCoordinator
 
 __all__ = [
     "AttrsSerde",
@@ -48,6 +51,9 @@ __all__ = [
     "StoreEngineError",
     "StoreState",
     "StringSerde",
+    "TransactionCoordinator",
+    "TransactionCoordinatorError",
+    "TransactionLogCorruptError",
     "murmur2",
     "partition_for",
 ]

@@ -11,7 +11,9 @@
     ├── DeserializationError         stored bytes cannot be turned back into a key or value
     ├── StoreEngineError             RocksDB failed (the rocksdict error is the ``__cause__``)
     ├── CommitFailedError            the changelog append of a commit failed
-    └── RestoreError                 the changelog could not be replayed into the store
+    ├── RestoreError                 the changelog could not be replayed into the store
+    ├── TransactionLogCorruptError   a record of the coordinator's log does not parse
+    └── TransactionCoordinatorError  the coordinator is failed (its log took an I/O error)
 
 Every error carries structured fields (``store``, ``partition``, ``path``,
 ``state``, ...) besides its message.  Errors of the layers below
@@ -35,6 +37,8 @@ __all__ = [
     "StateDirLockedError",
     "StateStoreError",
     "StoreEngineError",
+    "TransactionCoordinatorError",
+    "TransactionLogCorruptError",
 ]
 
 
@@ -171,4 +175,31 @@ class RestoreError(StateStoreError):
         self.store = store
         self.partition = partition
         self.offset = offset
+        self.detail = detail
+
+
+class TransactionLogCorruptError(StateStoreError):
+    """A record of the coordinator's log (``__transaction_state-0``) does not parse.
+
+    ``offset`` is the record's offset in that log.  The open is refused and
+    nothing is written: no transaction can be decided without the log.
+    """
+
+    def __init__(self, offset: int, detail: str) -> None:
+        super().__init__(f"transaction state record at offset {offset} is corrupt: {detail}")
+        self.offset = offset
+        self.detail = detail
+
+
+class TransactionCoordinatorError(StateStoreError):
+    """The transaction coordinator cannot decide commits any more (reopen the manager).
+
+    ``path`` is the coordinator's log directory; the cause is the error that
+    failed it (an I/O error while the decision was being written, after which
+    whether the decision is on disk is unknown until the next open decides).
+    """
+
+    def __init__(self, path: Path, detail: str) -> None:
+        super().__init__(f"transaction coordinator of {path} is failed; reopen: {detail}")
+        self.path = path
         self.detail = detail

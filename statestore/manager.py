@@ -4,8 +4,19 @@ Layout of a state directory (see docs/concepts.md)::
 
     <state_dir>/
         .lock                       held (flock LOCK_EX|LOCK_NB) by the owning manager
+        __transaction_state-0/      the transaction coordinator's decisions (statestore.txn)
         <store>-changelog-<p>/      the changelog partition p of <store> (Kafka partition dir)
         <store>-rocksdb-<p>/        the RocksDB of partition p of <store>
+
+Transactions: the manager owns the state directory's transaction coordinator
+(:class:`~statestore.txn.coordinator.TransactionCoordinator`), opened right
+after the lock (steps O1-O2: it bumps the producer epoch) and closed after the
+stores (T6).  Every commit goes through it: :meth:`StateManager.commit` and
+``with manager.transaction():`` are atomic over every store and partition
+they cover; before a store partition restores, the coordinator ends the
+transactions left open in its changelog (R1-R3).  :attr:`StateManager.metadata`
+is a built-in store for input positions and other bookkeeping committed in the
+same transactions.
 
 Lifecycle: ``created`` (directory locked, cleaner started) -> ``open`` ->
 ``closed``; ``failed`` if a close went wrong.  :meth:`StateManager.store`
@@ -28,11 +39,17 @@ closed).
 Thread-safety: thread-safe for opening stores, committing and closing:
 ``_lock`` (an ``RLock``) guards ``_stores`` and ``_state``.  Each store is
 used by one thread at a time (see :class:`~statestore.stores.typed.KeyValueStore`);
-``commit()`` must not race with writes to the same store from another thread.
+``commit()`` may run while other threads write: it covers every write
+buffered in a partition when it takes that partition's commit lock, and it
+returns once every write its caller buffered before calling it is durable
+(docs/concepts.md, "Transactions").  A ``transaction()`` block is not
+isolated from other threads: its end commits (or, on an exception, discards)
+whatever every store holds, whoever buffered it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -45,10 +62,12 @@ from changelog import ChangelogError, CleanerService, LogConfig, LogLockedError
 from changelog.fs.lock import DirectoryLock
 from statestore.config import STORE_LOG_CONFIG, RocksDBConfig, StateManagerConfig, StoreConfig
 from statestore.errors import (
+    CommitFailedError,
     InvalidStateStoreError,
     InvalidStoreConfigError,
     StateDirLockedError,
     StateStoreError,
+    StoreEngineError,
 )
 from statestore.metrics.cleaner import register_cleaner_metrics
 from statestore.metrics.registry import MetricsRegistry
@@ -60,6 +79,7 @@ from statestore.stores.lifecycle import StoreState
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener
 from statestore.stores.spec import StoreSpec
 from statestore.stores.typed import KeyValueStore
+from statestore.txn.coordinator import FaultHook, TransactionCoordinator
 
 __all__ = ["StateManager"]
 
@@ -67,6 +87,9 @@ logger = logging.getLogger(__name__)
 
 _STORE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 """Kafka's legal topic characters (the changelog topic is ``<name>-changelog``)."""
+
+METADATA_STORE: Final = "__metadata"
+"""The name of the built-in store behind :attr:`StateManager.metadata`."""
 
 
 class StateManager:
@@ -93,12 +116,16 @@ class StateManager:
         config: StateManagerConfig | None = None,
         log_config: LogConfig | None = None,
         rocksdb: RocksDBConfig | None = None,
+        fault_hook: FaultHook | None = None,
     ) -> None:
-        """Lock ``state_dir`` (created if missing) and start the cleaner.
+        """Lock ``state_dir`` (created if missing), open the transaction coordinator, start the cleaner.
 
         ``log_config``/``rocksdb`` are the defaults for stores that do not pass
         their own.  Raises :class:`StateDirLockedError` if another manager (in
-        this or another process) owns the directory.
+        this or another process) owns the directory.  ``fault_hook`` is for
+        crash-injection tests only: the coordinator calls it after every
+        numbered step of its protocols (:attr:`TransactionCoordinator.fault_hook
+        <statestore.txn.coordinator.TransactionCoordinator.fault_hook>`).
         """
         self._dir = Path(state_dir)
         self._clock = clock
@@ -120,6 +147,13 @@ class StateManager:
             self._dir_lock.acquire()
         except LogLockedError as exc:
             raise StateDirLockedError(exc.path, exc.holder) from exc
+        try:
+            self._coordinator = TransactionCoordinator.open(
+                self._dir, clock=clock, fault_hook=fault_hook
+            )
+        except BaseException:
+            self._dir_lock.release()
+            raise
         self._cache = new_block_cache(self._config.block_cache_size_bytes)
         self._cleaner: CleanerService | None = None
         if self._config.run_cleaner:
@@ -176,9 +210,28 @@ class StateManager:
         with self._lock:
             return list(self._restore_results[name])
 
+    @property
+    def coordinator(self) -> TransactionCoordinator:
+        """The state directory's transaction coordinator (its ``fault_hook`` serves crash tests)."""
+        return self._coordinator
+
+    @property
+    def metadata(self) -> KeyValueStore[str, Any]:
+        """The built-in bookkeeping store: ``str`` keys, any msgpack value, one partition.
+
+        For input positions, offsets and other small values that must commit
+        atomically with the application's stores (``manager.metadata["position"]
+        = 42`` inside ``with manager.transaction():``).  Its changelog is
+        ``__metadata-changelog-0``; it is opened (and restored) on first use.
+        """
+        return self.store(METADATA_STORE)
+
     def _all_logs(self) -> list[Any]:
         with self._lock:
-            return [log for store in self._stores.values() for log in store.changelogs]
+            logs = [log for store in self._stores.values() for log in store.changelogs]
+            if not self._coordinator.log.closed:
+                logs.append(self._coordinator.log)
+            return logs
 
     def _check_open(self, operation: str) -> None:
         if self._state is not StoreState.OPEN:
@@ -248,6 +301,7 @@ class StateManager:
                 state_dir=self._dir,
                 cache=self._cache,
                 clock=self._clock,
+                coordinator=self._coordinator,
                 listener=restore_listener,
                 progress=progress,
                 metrics=self._metrics,
@@ -258,11 +312,80 @@ class StateManager:
             return store
 
     def commit(self) -> int:
-        """Commit every open store (see :meth:`KeyValueStore.commit`); returns the records committed."""
+        """Commit every open store's buffered writes atomically; returns the records committed.
+
+        One partition with writes: one changelog batch.  Several (any stores,
+        any partitions): one transaction of the coordinator
+        (:mod:`statestore.txn.coordinator`): after a crash at any point either
+        every write of the commit is visible after restore or none is; the
+        decision is durable before this returns.  Inside ``with
+        manager.transaction():`` on this thread it raises
+        :class:`InvalidStateStoreError` (the block commits at its end).  On a
+        :class:`~statestore.errors.CommitFailedError` the stores whose
+        partitions failed are ``failed`` (reopen them).
+        """
         with self._lock:
             self._check_open("commit")
-            stores = list(self._stores.values())
-        return sum(store.commit() for store in stores if store.state is StoreState.OPEN)
+            stores = [s for s in self._stores.values() if s.state is StoreState.OPEN]
+        if self._coordinator.in_transaction():
+            raise InvalidStateStoreError(
+                f"manager of {self._dir}", "inside manager.transaction()", "commit before its end"
+            )
+        return self._commit(stores)
+
+    def _commit(self, stores: list[KeyValueStore[Any, Any]]) -> int:
+        try:
+            return self._coordinator.commit(
+                [member for store in stores for member in store.participants]
+            )
+        except (CommitFailedError, StoreEngineError):
+            for store in stores:
+                store.check_failed()
+            raise
+
+    def abort(self) -> int:
+        """Discard every open store's buffered writes; returns how many were dropped."""
+        with self._lock:
+            self._check_open("abort")
+            stores = [s for s in self._stores.values() if s.state is StoreState.OPEN]
+        return sum(store.abort() for store in stores)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[StateManager]:
+        """One atomic commit of every store at the end of the block; discard on an exception.
+
+        ::
+
+            with manager.transaction():
+                balances["alice"] = balances.get("alice", 0) - 5
+                balances["bob"] = balances.get("bob", 0) + 5
+                manager.metadata["position"] = line
+
+        On success every store's buffered writes are committed as one
+        transaction (as :meth:`commit`); on an exception every store's
+        buffered writes are discarded (as :meth:`abort`) and the exception
+        propagates.  Inside the block ``store.commit()`` and :meth:`commit`
+        raise, ``store.transaction()`` joins this one, and a nested
+        ``manager.transaction()`` joins too (only the outermost commits).  The
+        block covers what every store holds at its end, including writes other
+        threads buffered meanwhile (there is no isolation between threads).
+        """
+        with self._lock:
+            self._check_open("transaction")
+        with self._coordinator.transaction_scope() as outermost:
+            if not outermost:
+                yield self
+                return
+            try:
+                yield self
+            except BaseException:
+                if self._state is StoreState.OPEN:
+                    self.abort()
+                raise
+        with self._lock:
+            self._check_open("commit")
+            stores = [s for s in self._stores.values() if s.state is StoreState.OPEN]
+        self._commit(stores)
 
     def __iter__(self) -> Iterator[str]:
         """Names of the open stores."""
@@ -286,6 +409,7 @@ class StateManager:
             _collect(errors, self._cleaner.close)
         for store in stores:
             _collect(errors, store.close)
+        _collect(errors, self._coordinator.close)
         self._dir_lock.release()
         logger.info("%s closed", self._label)
         if errors:
@@ -311,6 +435,7 @@ class StateManager:
             self._cleaner.close()
         for store in stores:
             store.abandon()
+        self._coordinator.abandon()
         self._dir_lock.release()
         logger.warning("%s crashed on purpose (no clean shutdown)", self._label)
 

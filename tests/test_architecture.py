@@ -33,7 +33,6 @@ LAYERS: dict[str, int] = {
     "changelog.log_reader": 5,
     "changelog.replace": 5,
     "changelog.recovery_point": 5,
-    "changelog.group_commit": 5,
     "changelog.producer_state": 5,
     "changelog.isolation": 5,
     "changelog.load_plan": 5,
@@ -41,7 +40,6 @@ LAYERS: dict[str, int] = {
     "changelog.log_dir": 5,
     "changelog.log": 5,
     "changelog.cleaner": 6,
-    "changelog.repair": 6,
     "changelog": 7,
     # statestore: base -> the store stack, inside out -> manager -> tools -> public API
     "statestore.errors": 10,
@@ -54,6 +52,7 @@ LAYERS: dict[str, int] = {
     "statestore.stores.restore": 13,
     "statestore.stores.change_logging": 14,
     "statestore.stores.buffer": 15,
+    "statestore.txn": 15,
     "statestore.stores.partitioned": 16,
     "statestore.stores.typed": 16,
     "statestore.metrics": 16,

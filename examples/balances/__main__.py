@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from examples.balances.processor import POSITION_KEY, SEGMENT_BYTES, STORE_NAME, run
+from examples.balances.processor import SEGMENT_BYTES, open_balances, run
 from examples.balances.transactions import InputError
 
 __all__ = ["main"]
@@ -114,9 +114,8 @@ def _show(state_dir: Path) -> None:
     from statestore import StateManager  # noqa: PLC0415
 
     with StateManager(state_dir) as manager:
-        for account, balance in manager.store(STORE_NAME).items():
-            if account != POSITION_KEY:
-                print(f"{account}\t{balance}")
+        for account, balance in open_balances(manager).items():
+            print(f"{account}\t{balance}")
 
 
 if __name__ == "__main__":

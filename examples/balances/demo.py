@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from examples.balances.processor import STORE_NAME, balances_of, read_position
+from examples.balances.processor import balances_of, open_balances, read_position
 from examples.balances.transactions import expected_balances, generate, write_transactions
 
 __all__ = ["DemoError", "main"]
@@ -189,8 +189,8 @@ def _read_state(state_dir: Path) -> tuple[dict[str, int], int]:
     from statestore import StateManager  # noqa: PLC0415 - keep --help fast
 
     with StateManager(state_dir) as manager:
-        store = manager.store(STORE_NAME)
-        return balances_of(iter(store.items())), read_position(store).line
+        store = open_balances(manager)
+        return balances_of(iter(store.items())), read_position(manager.metadata).line
 
 
 def _compare(expected: dict[str, int], actual: dict[str, int]) -> list[str]:

@@ -3,20 +3,20 @@
     python -m examples.balances --state-dir state/ --input txns.jsonl
     python -m examples.balances.generate --count 1000 | python -m examples.balances --state-dir state/
 
-State: one store, ``balances``, mapping account id (str) to balance in cents
-(int).  The service also keeps its *input position* (lines consumed, and the
-byte offset just after them) in the same store under the reserved key
-:data:`POSITION_KEY`, and writes it in the **same commit** as the balance
-updates it covers.  A commit is one record batch in the store's changelog,
-so after a crash either both the balances and the position of a commit are
-there, or neither is: a restart resumes exactly after the last committed
-transaction, and a transaction is never lost nor applied twice.  (This is
-the local equivalent of Kafka Streams' exactly-once, where the consumer
-offsets are committed in the same transaction as the changelog writes.)
-
-Why the same store and not a second ``input-position`` store: each store has
-its own changelog partition, and a commit over two partitions is two batches,
-which a crash can separate.  One store, one batch.
+State: the store ``balances`` (:data:`PARTITIONS` changelog partitions),
+mapping account id (str) to balance in cents (int), and the service's *input
+position* (lines consumed, and the byte offset just after them) under
+:data:`POSITION_KEY` in the manager's built-in metadata store
+(``manager.metadata``).  Every commit writes the position together with the
+balance updates it covers, and ``manager.commit()`` commits both stores as
+**one transaction** (the local transaction coordinator: transactional
+batches in every partition, a durable decision, COMMIT markers), so after a
+crash either both the balances and the position of a commit are there, or
+neither is: a restart resumes exactly after the last committed transaction,
+and a transaction is never lost nor applied twice.  No ordering between the
+stores matters.  (This is the local equivalent of Kafka Streams'
+exactly-once, where the consumer offsets are committed in the same Kafka
+transaction as the changelog writes.)
 
 On a seekable input (a file) the restart seeks to the committed byte offset;
 on stdin the producer must replay the stream from the start and the service
@@ -42,6 +42,7 @@ from changelog.config import CleanerConfig, LogConfig
 from examples.balances.transactions import InputError, parse_line
 
 __all__ = [
+    "PARTITIONS",
     "POSITION_KEY",
     "SEGMENT_BYTES",
     "STORE_NAME",
@@ -57,9 +58,10 @@ STORE_NAME: Final = "balances"
 SEGMENT_BYTES: Final = 256 * 1024
 """The changelog's ``segment.bytes``: small (Kafka's default is 1 GiB) so that even a short
 run rolls segments and the background cleaner compacts them while the service works."""
-POSITION_KEY: Final = "\x00input-position"
-"""Reserved key of the input position.  It cannot collide with an account:
-:func:`~examples.balances.transactions.parse_line` accepts printable account ids only."""
+PARTITIONS: Final = 4
+"""Changelog partitions of the balances store: every commit spans several, so it is a transaction."""
+POSITION_KEY: Final = "balances-input-position"
+"""The input position's key in the manager's metadata store (``manager.metadata``)."""
 
 
 class BalanceStore(Protocol):
@@ -95,9 +97,9 @@ class RunSummary:
     stopped: bool
 
 
-def read_position(store: BalanceStore) -> Position:
-    """The committed input position (zero for a fresh store)."""
-    value = store.get(POSITION_KEY)
+def read_position(metadata: BalanceStore) -> Position:
+    """The committed input position in the metadata store (zero for a fresh state directory)."""
+    value = metadata.get(POSITION_KEY)
     if value is None:
         return Position()
     if not isinstance(value, dict) or set(value) != {"line", "offset"}:
@@ -106,8 +108,15 @@ def read_position(store: BalanceStore) -> Position:
 
 
 def balances_of(items: Iterator[tuple[str, Any]]) -> dict[str, int]:
-    """The balances among a store's items (the reserved position key left out)."""
-    return {key: int(value) for key, value in items if key != POSITION_KEY}
+    """The balances of a balances store's items."""
+    return {key: int(value) for key, value in items}
+
+
+def open_balances(manager: Any, *, segment_bytes: int = SEGMENT_BYTES) -> Any:
+    """The balances store of ``manager`` (opened and restored)."""
+    return manager.store(
+        STORE_NAME, partitions=PARTITIONS, log_config=LogConfig(segment_bytes=segment_bytes)
+    )
 
 
 def _lines(source: BinaryIO, start: Position, seekable: bool) -> Iterator[tuple[bytes, int]]:
@@ -139,6 +148,7 @@ class _StopFlag:
 
 def process(
     store: BalanceStore,
+    metadata: BalanceStore,
     commit: Callable[[], object],
     source: BinaryIO,
     *,
@@ -149,14 +159,15 @@ def process(
 ) -> RunSummary:
     """Apply every transaction of ``source`` after the committed position.
 
-    Commits (balances + position, one atomic commit) every ``commit_every``
-    transactions and at the end of the input; ``on_commit`` is called after
+    ``store`` holds the balances and ``metadata`` the position; ``commit``
+    (``manager.commit``) commits both as one transaction every
+    ``commit_every`` transactions and at the end of the input; ``on_commit`` is called after
     each commit has returned, that is once it is durable.  A bad line raises
     :class:`InputError` after committing everything before it.
     """
     if commit_every < 1:
         raise ValueError(f"commit_every must be >= 1, got {commit_every}")
-    start = read_position(store)
+    start = read_position(metadata)
     line, offset = start.line, start.offset
     committed = start
     applied = pending = commits = 0
@@ -164,7 +175,7 @@ def process(
     def commit_position() -> None:
         nonlocal pending, commits, committed
         position = Position(line=line, offset=offset)
-        store.put(POSITION_KEY, position.to_value())
+        metadata.put(POSITION_KEY, position.to_value())
         commit()
         pending = 0
         commits += 1
@@ -233,8 +244,8 @@ def run(
     # The cleaner checks every 0.5 s (Kafka: 15 s) so that short runs show compaction too.
     config = StateManagerConfig(cleaner=CleanerConfig(backoff_ms=500))
     with StateManager(state_dir, config=config) as manager:
-        store = manager.store(STORE_NAME, log_config=LogConfig(segment_bytes=segment_bytes))
-        restored = read_position(store)
+        store = open_balances(manager, segment_bytes=segment_bytes)
+        restored = read_position(manager.metadata)
         restore_seconds = time.perf_counter() - started
         _emit(
             events,
@@ -264,6 +275,7 @@ def run(
         if input_path is None:
             summary = process(
                 store,
+                manager.metadata,
                 manager.commit,
                 sys.stdin.buffer,
                 seekable=False,
@@ -275,6 +287,7 @@ def run(
             with input_path.open("rb") as source:
                 summary = process(
                     store,
+                    manager.metadata,
                     manager.commit,
                     source,
                     seekable=True,
@@ -311,5 +324,5 @@ def _serve_metrics(manager: Any, port: int) -> Any:
 
 
 def _count_keys(store: Any) -> int:
-    """Accounts in the store (the reserved position key not counted)."""
-    return sum(1 for key in store.keys() if key != POSITION_KEY)  # noqa: SIM118 - a store, not a dict
+    """Accounts in the store."""
+    return sum(1 for _key in store.keys())  # noqa: SIM118 - a store, not a dict

@@ -31,17 +31,20 @@ stop reading once :meth:`MeteredStore.close` has begun).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from changelog import Log
+from changelog import AppendInfo, Log
+from changelog.record.control import ControlRecordType
 from statestore.metrics.definitions import by_name
 from statestore.metrics.registry import MetricsRegistry, Tags
 from statestore.stores.bytes_store import BytesStore
+from statestore.stores.participant import Participant, Records
 from statestore.stores.restore import ProgressHook, RestoreProgress, RestoreResult
 
-__all__ = ["MeteredStore", "PartitionMetrics", "partition_tags"]
+__all__ = ["MeteredParticipant", "MeteredStore", "PartitionMetrics", "partition_tags"]
 
 
 def partition_tags(store: str, partition: int) -> Tags:
@@ -193,6 +196,9 @@ class MeteredStore:
         self._records = metrics.records_committed
         self._commit_latency = metrics.commit_latency
         metrics.pending = lambda: inner.pending_count
+        self._participants: tuple[Participant, ...] = tuple(
+            MeteredParticipant(member, metrics) for member in inner.participants
+        )
         self.put: Callable[[bytes, bytes | None], None] = self._put
         """Buffer a put (``None``: a delete), counted."""
         if metrics.get_latency is not None:
@@ -274,15 +280,10 @@ class MeteredStore:
         """RocksDB's estimate."""
         return self._inner.approximate_num_entries()
 
-    def commit(self) -> int:
-        """Commit the wrapped partition; a commit that wrote records is counted and timed."""
-        started = time.perf_counter()
-        count = self._inner.commit()
-        if count:
-            self._commit_latency.observe(time.perf_counter() - started)
-            self._commits.value += 1
-            self._records.value += count
-        return count
+    @property
+    def participants(self) -> tuple[Participant, ...]:
+        """The wrapped partition as a member of commits, its commits counted and timed."""
+        return self._participants
 
     def abort(self) -> int:
         """Drop the buffered writes."""
@@ -301,3 +302,98 @@ class MeteredStore:
         """Stop the RocksDB gauges, then abandon the wrapped partition as a crash would."""
         self.metrics.readable = False
         self._inner.abandon()
+
+
+class MeteredParticipant:
+    """A partition's :class:`~statestore.stores.participant.Participant`, its commits counted.
+
+    A one-partition commit (:meth:`write`) is timed from start to end; a
+    transaction's part is timed from its transactional append to its apply
+    (the decision and the other partitions' work in between included).  A
+    commit that wrote records counts once in ``commit-total``.
+    Thread-safety: as the wrapped participant (the coordinator holds its lock).
+    """
+
+    def __init__(self, inner: Participant, metrics: PartitionMetrics) -> None:
+        """Count the commits of ``inner`` into ``metrics``."""
+        self._inner = inner
+        self._metrics = metrics
+        self._started = 0.0
+
+    @property
+    def store(self) -> str:
+        """The store's name."""
+        return self._inner.store
+
+    @property
+    def partition(self) -> int:
+        """The partition number."""
+        return self._inner.partition
+
+    @property
+    def changelog(self) -> Log:
+        """The partition's changelog."""
+        return self._inner.changelog
+
+    @property
+    def commit_lock(self) -> threading.Lock:
+        """The wrapped partition's commit lock."""
+        return self._inner.commit_lock
+
+    @property
+    def failed(self) -> bool:
+        """Whether the wrapped partition is failed."""
+        return self._inner.failed
+
+    @property
+    def pending_count(self) -> int:
+        """Writes buffered since the last commit."""
+        return self._inner.pending_count
+
+    def take(self) -> list[tuple[bytes, bytes | None]]:
+        """The wrapped partition's pending writes."""
+        return self._inner.take()
+
+    def forget(self, records: Records) -> None:
+        """Drop the committed ``records`` from the wrapped buffer."""
+        self._inner.forget(records)
+
+    def _count(self, count: int, started: float) -> None:
+        if count:
+            self._metrics.commit_latency.observe(time.perf_counter() - started)
+            self._metrics.commits.value += 1
+            self._metrics.records_committed.value += count
+
+    def write(self, records: Records) -> int:
+        """A one-partition commit, counted and timed."""
+        started = time.perf_counter()
+        count = self._inner.write(records)
+        self._count(count, started)
+        return count
+
+    def append_transactional(
+        self, records: Records, *, producer_id: int, producer_epoch: int
+    ) -> AppendInfo:
+        """T1 (starts the commit's timer)."""
+        self._started = time.perf_counter()
+        return self._inner.append_transactional(
+            records, producer_id=producer_id, producer_epoch=producer_epoch
+        )
+
+    def append_marker(
+        self,
+        marker: ControlRecordType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        defer_flush: bool,
+    ) -> AppendInfo:
+        """T4 (or an ABORT)."""
+        return self._inner.append_marker(
+            marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
+        )
+
+    def apply(self, records: Records, applied_offset: int) -> None:
+        """T5, then the commit is counted."""
+        self._inner.apply(records, applied_offset)
+        self._count(len(records), self._started)

@@ -23,21 +23,28 @@ Invariants:
   replaced), so :attr:`WriteBuffer.put` can be its bound ``__setitem__``.
 
 Thread-safety: writes and reads come from the typed store's single user thread;
-:meth:`WriteBuffer.commit` may run on another thread at the same time (the
-manager commits every store), and then never drops a write buffered while
-it runs (see :meth:`WriteBuffer._forget`).
+a commit (the coordinator, holding :attr:`WriteBuffer.commit_lock`) may run on
+another thread at the same time (the manager commits every store), and then
+never drops a write buffered while it runs (see :meth:`WriteBuffer.forget`).
+The buffer is the partition's :class:`~statestore.stores.participant.Participant`
+in commits: :meth:`~WriteBuffer.take` snapshots the pending writes, which stay
+readable until the commit has applied them and :meth:`~WriteBuffer.forget`
+drops them.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
-from changelog import Log
+from changelog import AppendInfo, Log
+from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, StoreEngineError
 from statestore.stores.change_logging import ChangeLoggingStore
+from statestore.stores.participant import Participant
 
 __all__ = ["WriteBuffer"]
 
@@ -59,6 +66,8 @@ class WriteBuffer:
         self._inner_get = inner.get
         self._inner_get_many = inner.get_many
         self._pending: dict[bytes, bytes | None] = {}
+        self.commit_lock = threading.Lock()
+        """Held by whoever commits this partition (the coordinator): one commit at a time."""
         self.put: Callable[[bytes, bytes | None], None] = self._pending.__setitem__
         """Buffer a put (``None``: a tombstone) until :meth:`commit` (the dict's own setter: hot path)."""
 
@@ -147,29 +156,89 @@ class WriteBuffer:
         return dropped
 
     def commit(self) -> int:
-        """Hand the pending writes to the change-logging layer as one group.
+        """Commit this partition alone (one batch) under :attr:`commit_lock`; returns the count.
 
-        Returns the number of records committed (0: nothing was pending and
-        nothing was written), once the batch is durable.  On an error, which
-        writes stay buffered is said in the module docstring.
+        The one-partition path of the coordinator
+        (:class:`~statestore.txn.coordinator.TransactionCoordinator`), for tests
+        and tools that hold a bare buffer; stores commit through the coordinator.
         """
-        pending = self._pending
-        if not pending:
-            return 0
-        records = list(pending.items())  # one C call: atomic under the GIL
+        with self.commit_lock:
+            records = self.take()
+            return self.write(records) if records else 0
+
+    # ------------------------------------------------- the Participant protocol
+
+    @property
+    def store(self) -> str:
+        """The store's name."""
+        return self._inner.store
+
+    @property
+    def partition(self) -> int:
+        """The partition number."""
+        return self._inner.partition
+
+    @property
+    def changelog(self) -> Log:
+        """The partition's changelog."""
+        return self._inner.changelog
+
+    @property
+    def participants(self) -> tuple[Participant, ...]:
+        """This partition, as the one member of its store's commits."""
+        return (self,)
+
+    def take(self) -> list[tuple[bytes, bytes | None]]:
+        """A snapshot of the pending writes; they stay buffered (and readable) until :meth:`forget`."""
+        return list(self._pending.items())  # one C call: atomic under the GIL
+
+    def write(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+        """Commit ``records`` (a :meth:`take`) as one ordinary batch, then forget them.
+
+        On an error, which writes stay buffered is said in the module docstring.
+        """
         try:
             count = self._inner.write(records)
         except CommitFailedError as exc:
             if exc.written:
-                self._forget(records)
+                self.forget(records)
             raise
         except StoreEngineError:
-            self._forget(records)
+            self.forget(records)
             raise
-        self._forget(records)
+        self.forget(records)
         return count
 
-    def _forget(self, records: list[tuple[bytes, bytes | None]]) -> None:
+    def append_transactional(
+        self,
+        records: Sequence[tuple[bytes, bytes | None]],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+    ) -> AppendInfo:
+        """T1 of a transaction (see :meth:`ChangeLoggingStore.append_transactional`)."""
+        return self._inner.append_transactional(
+            records, producer_id=producer_id, producer_epoch=producer_epoch
+        )
+
+    def append_marker(
+        self,
+        marker: ControlRecordType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        defer_flush: bool,
+    ) -> AppendInfo:
+        """T4 of a transaction, or an ABORT (see :meth:`ChangeLoggingStore.append_marker`)."""
+        return self._inner.append_marker(
+            marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
+        )
+
+    def apply(self, records: Sequence[tuple[bytes, bytes | None]], applied_offset: int) -> None:
+        """T5 of a transaction: ``records`` into RocksDB (see :meth:`ChangeLoggingStore.apply`)."""
+        self._inner.apply(records, applied_offset)
+
+    def forget(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Drop from the buffer exactly the writes ``records`` committed, nothing newer.
 
         The append's fsync releases the GIL, so another thread may buffer

@@ -2,7 +2,10 @@
 
 For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
 
-1. open the changelog :class:`~changelog.Log` (``<store>-changelog-<p>``);
+1. open the changelog :class:`~changelog.Log` (``<store>-changelog-<p>``) and
+   let the transaction coordinator end every transaction left open in it
+   (steps R1-R3 of :mod:`statestore.txn.coordinator`: roll forward what its
+   log says is committed, abort the rest), so the restore sees no open one;
 2. open the RocksDB engine as the restore policy says
    (:func:`statestore.stores.restore.open_engine`: full deletes it first,
    incremental keeps it when its applied offset belongs to the log);
@@ -46,6 +49,7 @@ from statestore.stores.partitioned import PartitionedStore
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener, open_engine
 from statestore.stores.spec import StoreSpec
 from statestore.stores.typed import KeyValueStore
+from statestore.txn.coordinator import TransactionCoordinator
 
 __all__ = ["build_store"]
 
@@ -58,6 +62,7 @@ def build_store(
     state_dir: Path,
     cache: Any,
     clock: Callable[[], int] | None,
+    coordinator: TransactionCoordinator,
     listener: StateRestoreListener | None = None,
     progress: ProgressHook | None = None,
     metrics: MetricsRegistry | None = None,
@@ -75,7 +80,14 @@ def build_store(
     results: list[RestoreResult] = []
     try:
         for partition in range(spec.partitions):
-            part = _open_partition(spec, partition, state_dir=state_dir, cache=cache, clock=clock)
+            part = _open_partition(
+                spec,
+                partition,
+                state_dir=state_dir,
+                cache=cache,
+                clock=clock,
+                coordinator=coordinator,
+            )
             buffer = WriteBuffer(part)
             buffers.append(buffer)
             meter = (
@@ -115,6 +127,7 @@ def build_store(
         key_serde=spec.key_serde,
         value_serde=spec.value_serde,
         max_record_bytes=spec.max_record_bytes,
+        committer=coordinator,
     )
     return store, results
 
@@ -126,12 +139,14 @@ def _open_partition(
     state_dir: Path,
     cache: Any,
     clock: Callable[[], int] | None,
+    coordinator: TransactionCoordinator,
 ) -> ChangeLoggingStore:
     """Steps 1-3 of the module docstring for one partition (not yet restored)."""
     label = f"[{spec.name}-{partition}]"
     engine_path = spec.rocksdb_dir(state_dir, partition)
     log = Log.open(spec.changelog_dir(state_dir, partition), config=spec.log_config, clock=clock)
     try:
+        coordinator.recover(log, store=spec.name, partition=partition)
         engine, plan = open_engine(
             spec.config.restore_mode,
             log,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from changelog import Log
+from statestore.stores.participant import Participant
 
 __all__ = ["BytesStore", "prefix_upper_bound"]
 
@@ -65,8 +66,9 @@ class BytesStore(Protocol):
         """Cheap estimate of the number of entries."""
         ...
 
-    def commit(self) -> int:
-        """Make the buffered writes durable; returns how many."""
+    @property
+    def participants(self) -> tuple[Participant, ...]:
+        """The partitions as members of a commit (the coordinator commits them), by number."""
         ...
 
     def abort(self) -> int:

@@ -84,7 +84,15 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
-from changelog import ChangelogError, InvalidRecordError, Log, LogClosedError, RecordTooLargeError
+from changelog import (
+    AppendInfo,
+    ChangelogError,
+    InvalidRecordError,
+    Log,
+    LogClosedError,
+    RecordTooLargeError,
+)
+from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, InvalidStateStoreError, StoreEngineError
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.lifecycle import StoreState, move
@@ -223,7 +231,59 @@ class ChangeLoggingStore:
             info = self._changelog.append(records)
         except Exception as exc:  # noqa: BLE001 - mapped to CommitFailedError below
             self._raise_append_error(exc)
-        applied = info.last_offset + 1
+        self.apply(records, info.last_offset + 1)
+        return len(records)
+
+    def append_transactional(
+        self,
+        records: Sequence[tuple[bytes, bytes | None]],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+    ) -> AppendInfo:
+        """The coordinator's T1: ``records`` as one transactional batch; RocksDB is not touched.
+
+        Durable under the changelog's flush policy when this returns; errors as
+        :meth:`write`'s append.
+        """
+        self._require_open("commit")
+        try:
+            return self._changelog.append_transactional(
+                records, producer_id=producer_id, producer_epoch=producer_epoch
+            )
+        except Exception as exc:  # noqa: BLE001 - mapped to CommitFailedError below
+            self._raise_append_error(exc)
+
+    def append_marker(
+        self,
+        marker: ControlRecordType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        defer_flush: bool,
+    ) -> AppendInfo:
+        """The coordinator's T4 (or an ABORT): a COMMIT/ABORT marker; any failure fails the partition."""
+        self._require_open("commit")
+        try:
+            return self._changelog.append_marker(
+                marker,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                defer_flush=defer_flush,
+            )
+        except Exception as exc:
+            self._move(StoreState.FAILED, "commit")
+            if isinstance(exc, ChangelogError | OSError):
+                raise CommitFailedError(
+                    self.store, self.partition, written=True, detail=str(exc)
+                ) from exc
+            raise
+
+    def apply(self, records: Sequence[tuple[bytes, bytes | None]], applied: int) -> None:
+        """Steps 2-3: apply committed ``records`` to RocksDB with the applied offset ``applied``.
+
+        A :class:`StoreEngineError` fails the partition.
+        """
         try:
             self._engine.write(records, applied)
         except StoreEngineError:
@@ -235,7 +295,6 @@ class ChangeLoggingStore:
                 self._finish_flush(applied)
             if self._unflushed_records >= self._flush_interval_records:
                 self._start_flush(applied)
-        return len(records)
 
     def _raise_append_error(self, exc: Exception) -> NoReturn:
         if isinstance(exc, RecordTooLargeError | InvalidRecordError | LogClosedError):

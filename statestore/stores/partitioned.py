@@ -9,11 +9,10 @@ its own.
 Scans merge the partitions' sorted iterators, so order is global serialized
 key order, as with one partition.
 
-Commit atomicity is per partition: each partition's writes form one batch in
-its changelog, and partitions commit one after another.  A crash in the middle
-of ``commit()`` can leave some partitions committed and others not (the same
-guarantee as Kafka Streams without exactly-once).  A single-partition store
-has no such window.
+Commits are not this layer's: the store hands :attr:`PartitionedStore.participants`
+to the transaction coordinator (:mod:`statestore.txn.coordinator`), which
+commits the partitions that have pending writes atomically, as one
+transaction when there are several.
 
 Invariants: ``_partitions[i]`` is partition ``i``; a key's pending write lives in
 exactly the partition :func:`partition_for` picks.
@@ -30,6 +29,7 @@ from operator import itemgetter
 from changelog import Log
 from statestore.partitioner import murmur2
 from statestore.stores.bytes_store import BytesStore
+from statestore.stores.participant import Participant
 
 __all__ = ["PartitionedStore"]
 
@@ -109,9 +109,10 @@ class PartitionedStore:
         """Sum of the partitions' estimates."""
         return sum(p.approximate_num_entries() for p in self._partitions)
 
-    def commit(self) -> int:
-        """Commit each partition in turn (atomic per partition); returns the records committed."""
-        return sum(p.commit() for p in self._partitions)
+    @property
+    def participants(self) -> tuple[Participant, ...]:
+        """Every partition as a member of a commit, by partition number."""
+        return tuple(member for p in self._partitions for member in p.participants)
 
     def abort(self) -> int:
         """Drop every partition's buffered writes."""

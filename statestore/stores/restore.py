@@ -404,7 +404,10 @@ def restore_into(
     RocksDB held at open is durable) and at the log end offset after it.
     """
     started = time.monotonic()
-    log_end = log.log_end_offset
+    # The last stable offset: the transaction coordinator ends every transaction left
+    # open before a partition restores (statestore.txn, R1-R3), so it is the log end
+    # offset; were one still open, RocksDB must not record its data as applied.
+    log_end = log.last_stable_offset
     if plan.hold_cleaning_barrier:
         log.cleaning_barrier_offset = plan.start_offset
     restored = replay(

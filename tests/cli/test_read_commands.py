@@ -346,8 +346,12 @@ def test_dump_of_a_state_dir_dumps_every_partition(
     result = run_cli(["dump", str(state)], capsys)
     assert result.status == 0
     dumped = re.findall(r"^Dumping (.+)$", result.out, re.MULTILINE)
-    assert {Path(p).parent.name for p in dumped} == {"counters-changelog-0", "users-changelog-0"}
-    assert len(dumped) == 3 + 9
+    assert {Path(p).parent.name for p in dumped} == {
+        "__transaction_state-0",  # the transaction coordinator's log is a partition too
+        "counters-changelog-0",
+        "users-changelog-0",
+    }
+    assert len(dumped) == 3 + 3 + 9
 
 
 def test_dump_marks_a_batch_failing_its_crc_invalid(

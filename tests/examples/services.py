@@ -10,8 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from examples.balances.processor import STORE_NAME as BALANCES
-from examples.balances.processor import process
+from examples.balances.processor import open_balances, process
 from examples.user_profiles.service import STORE_NAME as PROFILES
 from examples.user_profiles.service import NotFoundError, Profile, ProfileService
 from statestore import StateManager
@@ -25,11 +24,12 @@ def balances_service(
 ) -> int:
     """Process the whole input (resuming after the committed position); ack each position line."""
     with StateManager(state_dir) as manager:
-        store = manager.store(BALANCES)
+        store = open_balances(manager)
         reporter.mark("restored")
         with Path(input_path).open("rb") as source:
             summary = process(
                 store,
+                manager.metadata,
                 manager.commit,
                 source,
                 seekable=True,

@@ -15,9 +15,9 @@ from examples.balances import demo
 from examples.balances.__main__ import main as balances_main
 from examples.balances.generate import main as generate_main
 from examples.balances.processor import (
-    POSITION_KEY,
-    STORE_NAME,
+    PARTITIONS,
     balances_of,
+    open_balances,
     process,
     read_position,
 )
@@ -61,8 +61,8 @@ def sum_first_lines(path: Path, lines: int) -> dict[str, int]:
 
 def stored_state(state_dir: Path) -> tuple[dict[str, int], int]:
     with StateManager(state_dir) as manager:
-        store = manager.store(STORE_NAME)
-        return balances_of(iter(store.items())), read_position(store).line
+        store = open_balances(manager)
+        return balances_of(iter(store.items())), read_position(manager.metadata).line
 
 
 # --------------------------------------------------------------------------- input
@@ -129,26 +129,69 @@ def test_process_applies_every_transaction_and_a_rerun_applies_nothing_twice(
     state_dir = tmp_path / "state"
     for _ in range(2):
         with StateManager(state_dir) as manager, input_path.open("rb") as source:
-            process(manager.store(STORE_NAME), manager.commit, source, seekable=True)
+            process(open_balances(manager), manager.metadata, manager.commit, source, seekable=True)
     balances, line = stored_state(state_dir)
     assert balances == expected
     assert line == 1_000
 
 
-def test_commits_carry_the_position_in_the_same_batch_as_the_balances(tmp_path: Path) -> None:
-    """Each commit is one record batch holding the position key: the atomicity the service relies on."""
+def test_each_commit_is_one_transaction_over_the_balances_and_the_position(
+    tmp_path: Path,
+) -> None:
+    """Every commit spans the balance partitions and the metadata store: one decided transaction."""
     input_path = write_input(tmp_path / "t.jsonl", 300)
     with StateManager(tmp_path / "state") as manager, input_path.open("rb") as source:
-        store = manager.store(STORE_NAME)
-        summary = process(store, manager.commit, source, seekable=True, commit_every=100)
-        batches = list(store.changelog.read_batches(0))
-        records = list(store.changelog.read(0))
-    assert summary.commits == 3
-    assert len(batches) == 3
-    for header, _data in batches:
-        in_batch = [r.key for r in records if header.base_offset <= r.offset <= header.last_offset]
-        assert POSITION_KEY.encode() in in_batch
-        assert len(in_batch) > 1  # balances and position together
+        store = open_balances(manager)
+        summary = process(
+            store, manager.metadata, manager.commit, source, seekable=True, commit_every=100
+        )
+        assert summary.commits == 3
+        assert store.partitions == PARTITIONS
+        for log in (*store.changelogs, *manager.metadata.changelogs):
+            kinds = [
+                (h.is_transactional, h.is_control)
+                for h, _ in log.read_batches(0, isolation="read_uncommitted")
+            ]
+            assert kinds == [(True, False), (True, True)] * 3, log.dir
+        assert read_position(manager.metadata).line == 300
+
+
+@pytest.mark.parametrize("step", ["T1.1", "T2", "T3", "T4.1"])
+def test_a_crash_inside_a_commit_keeps_the_position_with_its_balances(
+    tmp_path: Path, step: str
+) -> None:
+    """No ordering trick: a crash at any step of the third commit leaves both or neither."""
+    input_path = write_input(tmp_path / "t.jsonl", 300)
+    state_dir = tmp_path / "state"
+    manager = StateManager(state_dir)
+    commits = 0
+
+    class Crash(BaseException):
+        pass
+
+    def hook(name: str) -> None:
+        if name == step and commits == 2:
+            raise Crash
+
+    def commit() -> None:
+        nonlocal commits
+        manager.commit()
+        commits += 1
+
+    manager.coordinator.fault_hook = hook
+    with pytest.raises(Crash), input_path.open("rb") as source:
+        process(
+            open_balances(manager),
+            manager.metadata,
+            commit,
+            source,
+            seekable=True,
+            commit_every=100,
+        )
+    manager.crash()
+    balances, line = stored_state(state_dir)
+    assert line == (300 if step in ("T3", "T4.1") else 200)
+    assert balances == sum_first_lines(input_path, line)
 
 
 def test_a_bad_line_commits_everything_before_it_and_exits_1(
@@ -190,11 +233,12 @@ def test_stdin_restart_skips_the_committed_lines_after_an_in_process_crash(
         return calls > 450
 
     manager = StateManager(state_dir)
-    store = manager.store(STORE_NAME)
+    store = open_balances(manager)
     # Uncommitted work after the last commit (line 400) is lost by the crash.
     store_commit_every = 100
     summary = process(
         store,
+        manager.metadata,
         manager.commit,
         io.BytesIO(data),
         seekable=False,
@@ -205,9 +249,16 @@ def test_stdin_restart_skips_the_committed_lines_after_an_in_process_crash(
     manager.crash()
 
     with StateManager(state_dir) as manager:
-        store = manager.store(STORE_NAME)
-        assert read_position(store).line == 450  # the stop committed what it had applied
-        process(store, manager.commit, io.BytesIO(data), seekable=False, commit_every=100)
+        store = open_balances(manager)
+        assert read_position(manager.metadata).line == 450  # the stop committed what it had applied
+        process(
+            store,
+            manager.metadata,
+            manager.commit,
+            io.BytesIO(data),
+            seekable=False,
+            commit_every=100,
+        )
     balances, line = stored_state(state_dir)
     assert line == 700
     assert balances == expected_balances(input_path)[0]
@@ -228,9 +279,9 @@ def test_kill9_midway_then_restart_applies_each_transaction_exactly_once(
     )
     assert run.killed
     assert run.exitcode == -9
-    with crash_harness.restored(STORE_NAME) as stores:
-        store = stores[STORE_NAME]
-        position = read_position(store).line
+    with crash_harness.reopen() as manager:
+        store = open_balances(manager)
+        position = read_position(manager.metadata).line
         # Nothing acknowledged is lost, and the state is exactly that of the committed prefix.
         assert position >= run.last_ack
         assert position < 2_000
@@ -240,9 +291,9 @@ def test_kill9_midway_then_restart_applies_each_transaction_exactly_once(
     assert not finish.killed
     assert finish.result == 2_000
     assert finish.acks[0] > position  # resumed after the committed position, not from the start
-    with crash_harness.restored(STORE_NAME) as stores:
-        store = stores[STORE_NAME]
-        assert read_position(store).line == 2_000
+    with crash_harness.reopen() as manager:
+        store = open_balances(manager)
+        assert read_position(manager.metadata).line == 2_000
         assert balances_of(iter(store.items())) == expected_balances(input_path)[0]
 
 

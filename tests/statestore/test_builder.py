@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ from statestore.stores.engine import RocksDBEngine
 from statestore.stores.lifecycle import StoreState
 from statestore.stores.partitioned import PartitionedStore
 from statestore.stores.spec import RECORD_OVERHEAD_BYTES, StoreSpec
+from statestore.txn.coordinator import TransactionCoordinator
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[TransactionCoordinator]:
+    opened = TransactionCoordinator.open(tmp_path)
+    yield opened
+    opened.close()
 
 
 def _spec(partitions: int, **config: object) -> StoreSpec:
@@ -33,10 +42,12 @@ def _spec(partitions: int, **config: object) -> StoreSpec:
 
 @pytest.mark.parametrize("partitions", [1, 3])
 def test_the_stack_is_typed_over_partitioned_over_buffers_over_change_logging(
-    tmp_path: Path, partitions: int
+    tmp_path: Path, partitions: int, coordinator: TransactionCoordinator
 ) -> None:
     spec = _spec(partitions)
-    store, results = build_store(spec, state_dir=tmp_path, cache=None, clock=None)
+    store, results = build_store(
+        spec, state_dir=tmp_path, cache=None, clock=None, coordinator=coordinator
+    )
     try:
         assert store.state is StoreState.OPEN
         assert [r.mode for r in results] == ["full"] * partitions
@@ -55,7 +66,9 @@ def test_the_stack_is_typed_over_partitioned_over_buffers_over_change_logging(
     assert all(log.closed for log in store.changelogs)
 
 
-def test_a_failed_restore_closes_every_partition_opened_so_far(tmp_path: Path) -> None:
+def test_a_failed_restore_closes_every_partition_opened_so_far(
+    tmp_path: Path, coordinator: TransactionCoordinator
+) -> None:
     spec = _spec(3)
     # partition 1 holds a record a store never writes (no key): its restore fails
     with Log.open(
@@ -63,7 +76,7 @@ def test_a_failed_restore_closes_every_partition_opened_so_far(tmp_path: Path) -
     ) as log:
         log.append([(None, b"v")])
     with pytest.raises(RestoreError):
-        build_store(spec, state_dir=tmp_path, cache=None, clock=None)
+        build_store(spec, state_dir=tmp_path, cache=None, clock=None, coordinator=coordinator)
     for number in range(2):  # partitions 0 and 1 were opened; every lock is free again
         Log.open(spec.changelog_dir(tmp_path, number)).close()
         RocksDBEngine.open(
@@ -72,12 +85,14 @@ def test_a_failed_restore_closes_every_partition_opened_so_far(tmp_path: Path) -
     assert not spec.changelog_dir(tmp_path, 2).exists()  # never reached
 
 
-def test_a_changelog_that_cannot_open_leaves_nothing_open(tmp_path: Path) -> None:
+def test_a_changelog_that_cannot_open_leaves_nothing_open(
+    tmp_path: Path, coordinator: TransactionCoordinator
+) -> None:
     spec = _spec(2)
     held = Log.open(spec.changelog_dir(tmp_path, 1))  # partition 1 is locked by someone else
     try:
         with pytest.raises(Exception, match="lock"):
-            build_store(spec, state_dir=tmp_path, cache=None, clock=None)
+            build_store(spec, state_dir=tmp_path, cache=None, clock=None, coordinator=coordinator)
     finally:
         held.close()
     Log.open(spec.changelog_dir(tmp_path, 0)).close()

@@ -34,6 +34,7 @@ def test_layout_is_changelog_and_rocksdb_dirs_side_by_side(
     names = sorted(p.name for p in (tmp_path / "state").iterdir())
     assert names == [
         ".lock",
+        "__transaction_state-0",
         "orders-changelog-0",
         "orders-changelog-1",
         "orders-rocksdb-0",

@@ -44,7 +44,8 @@ def test_store_metrics_scraped_and_parsed(open_manager: OpenManager) -> None:
     inf = [s for s in latency.samples if s.labels.get("le") == "+Inf"]  # type: ignore[attr-defined]
     assert len(inf) == 2
     log_end = families["statestore_log_log_end_offset"]
-    assert sum(s.value for s in log_end.samples) == 30  # type: ignore[attr-defined]
+    # 30 records plus one COMMIT marker per partition (a two-partition commit is a transaction)
+    assert sum(s.value for s in log_end.samples) == 32  # type: ignore[attr-defined]
     assert "statestore_stream_state_get_latency_seconds" in families
     assert not any(name.endswith("_rate") for name in families)
 

@@ -1,0 +1,108 @@
+"""What the transaction coordinator needs of one store partition: :class:`Participant`.
+
+A commit covers a set of participants (store partitions); the coordinator
+(:mod:`statestore.txn.coordinator`) takes their pending writes under their
+commit locks and then either writes them as one ordinary batch (one
+partition: :meth:`Participant.write`) or runs its transaction protocol over
+them (:meth:`Participant.append_transactional`, :meth:`Participant.append_marker`,
+:meth:`Participant.apply`).  The top per-partition layer of a store
+implements it: the write buffer, or the metered layer over it.
+
+Thread-safety: :attr:`Participant.commit_lock` serializes commits of the
+partition; every other method is called by the coordinator while it holds
+that lock (writes from the store's user thread may go on meanwhile: see
+:mod:`statestore.stores.buffer`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from changelog import AppendInfo, Log
+from changelog.record.control import ControlRecordType
+
+__all__ = ["Committer", "Participant", "Records"]
+
+Records = Sequence[tuple[bytes, bytes | None]]
+"""One entry per key (``None``: a tombstone)."""
+
+
+class Participant(Protocol):
+    """One store partition as a member of a commit (see the module docstring)."""
+
+    @property
+    def store(self) -> str:
+        """The store's name."""
+        ...
+
+    @property
+    def partition(self) -> int:
+        """The partition number."""
+        ...
+
+    @property
+    def changelog(self) -> Log:
+        """The partition's changelog."""
+        ...
+
+    @property
+    def commit_lock(self) -> threading.Lock:
+        """Held by whoever commits this partition (one commit at a time)."""
+        ...
+
+    @property
+    def failed(self) -> bool:
+        """Whether the partition is failed (reopen the store)."""
+        ...
+
+    @property
+    def pending_count(self) -> int:
+        """Writes buffered since the last commit."""
+        ...
+
+    def take(self) -> list[tuple[bytes, bytes | None]]:
+        """A snapshot of the pending writes (they stay buffered until :meth:`forget`)."""
+        ...
+
+    def forget(self, records: Records) -> None:
+        """Drop exactly the committed ``records`` from the buffer (writes made since stay)."""
+        ...
+
+    def write(self, records: Records) -> int:
+        """The one-partition commit: one ordinary batch, then RocksDB; returns the count."""
+        ...
+
+    def append_transactional(
+        self, records: Records, *, producer_id: int, producer_epoch: int
+    ) -> AppendInfo:
+        """Append ``records`` as one transactional batch (durable under the flush policy)."""
+        ...
+
+    def append_marker(
+        self,
+        marker: ControlRecordType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        defer_flush: bool,
+    ) -> AppendInfo:
+        """Append a COMMIT or ABORT marker."""
+        ...
+
+    def apply(self, records: Records, applied_offset: int) -> None:
+        """Apply committed ``records`` to RocksDB with ``applied_offset``."""
+        ...
+
+
+class Committer(Protocol):
+    """Commits participants (the manager's transaction coordinator); what a typed store calls."""
+
+    def commit(self, participants: Sequence[Participant]) -> int:
+        """Commit the pending writes of ``participants`` atomically; returns the records committed."""
+        ...
+
+    def in_transaction(self) -> bool:
+        """Whether the calling thread is inside the manager's ``transaction()`` block."""
+        ...

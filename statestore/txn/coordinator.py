@@ -1,0 +1,538 @@
+"""The local transaction coordinator: one commit, atomic over every store partition it covers.
+
+Kafka's model, run inside one process.  The state directory has one
+transactional id and one producer id; the coordinator keeps its decisions in
+``<state_dir>/__transaction_state-0``, a compacted Kafka-format partition
+(the local mirror of ``__transaction_state``; record format in
+:mod:`statestore.txn.record`), cleaned by the manager's cleaner like any
+changelog.
+
+**Commit protocol** (:meth:`TransactionCoordinator.commit`), for the
+participants (store partitions) that have pending writes, under each one's
+commit lock, taken in (store, partition) order:
+
+* none: nothing to do; one: **one ordinary batch** in its changelog, fsynced,
+  then RocksDB (:mod:`statestore.stores.change_logging`, steps 1-3): one fsync
+  round, atomic because a batch is.
+* two or more, a transaction:
+
+  T1. append each partition's writes as ONE transactional batch (our producer
+      id and epoch, the partition's next sequence); under the default flush
+      policy each append fsyncs its ``.log`` before it returns;
+  T2. every partition's data is durable: a partition whose flush policy left
+      its batch unflushed is flushed now (``Log.flush``);
+  T3. append the **PrepareCommit** record (this transaction's partitions with
+      the first offset of its data in each, plus the earlier committed
+      transactions whose COMMIT marker may not be durable yet) to the
+      coordinator's log and fsync it.  **This is the commit point**: from
+      here the transaction is committed, whatever happens next;
+  T4. append a COMMIT marker to every partition, not fsynced (the next append
+      or flush of that partition makes it durable; until then the
+      coordinator's records keep listing it, so recovery can redo it);
+  T5. apply each partition's writes to RocksDB with the applied offset just
+      after its marker, then drop them from the write buffers; ``commit()``
+      returns;
+  T6. at a clean close, once every marker is durable (the changelogs were
+      flushed), a **CompleteCommit** record listing nothing still waiting.
+
+  Cost: two sequential fsync rounds (data, decision).  T1 appends the
+  partitions one after another (each with its own fsync); see docs/recovery.md
+  for what is measured and what is not overlapped yet.
+
+**Recovery**, the pass that completes or undoes the protocol (docs/recovery.md
+tells it with the loader's passes):
+
+* at open (:meth:`TransactionCoordinator.open`): O1 open the coordinator's log
+  (the changelog loader recovers it) and read its latest record for our
+  transactional id; a new state directory draws a random producer id.  O2
+  append and fsync an **Empty** record with the epoch bumped (this fences a
+  zombie holding an older epoch: every partition refuses its appends), still
+  listing the committed transactions whose markers may be missing;
+* before each store partition restores (:meth:`TransactionCoordinator.recover`):
+  R1 take the partition's open transactions from its producer state (rebuilt
+  by the changelog loader, pass L10); R2 for each one, a **COMMIT** marker when
+  the coordinator's latest record lists (partition, first offset), else an
+  **ABORT** marker (as Kafka's coordinator aborts on timeout), then fsync the
+  changelog; R3 drop the partition from the list (its markers are durable
+  now).  After R3 the partition has no open transaction, so its last stable
+  offset is its log end offset and the restore replays everything committed.
+
+What a crash after each step leaves, and what recovery does with it:
+
+====  ===========================================  =====================================
+step  on disk after a crash here                   at the next open
+====  ===========================================  =====================================
+T1    some partitions hold the transaction's data  R2 writes ABORT markers: none visible
+T2    every partition holds its data, durable      R2 writes ABORT markers: none visible
+T3    the PrepareCommit record is durable          R2 writes COMMIT markers: all visible
+T4    some or all markers (maybe not durable)      R2 writes the missing COMMIT markers
+T5    RocksDB holds some of it (not durable)       restore rebuilds RocksDB from the log
+O1    nothing new                                  O1 again
+O2    the bumped epoch, same list                  O1 reads it; O2 bumps again
+R1    nothing new                                  R1 again
+R2    some markers                                 R1 sees only the transactions left
+R3    markers durable, list still in the log       R2 finds nothing open: no-op
+====  ===========================================  =====================================
+
+An error in T1 or T2 (nothing decided) writes ABORT markers to the
+partitions that got data (best effort) and raises
+:class:`~statestore.errors.CommitFailedError`: ``written=False`` when no
+partition failed (the writes stay buffered), else the failed partitions'
+stores must be reopened.  An error in T3 fails the coordinator
+(:class:`~statestore.errors.TransactionCoordinatorError`; whether the
+decision is on disk is known only at the next open, which decides by it).
+An error in T4 or T5 fails that partition (the commit itself stands and is
+visible after reopening).
+
+Fault injection: :attr:`TransactionCoordinator.fault_hook`, when set, is
+called with the name of each step just completed (:data:`COMMIT_STEPS`,
+:data:`RECOVERY_STEPS`); a hook that raises stops the protocol there, as a
+crash would (tests then abandon the manager and reopen it).
+
+Invariants: ``_waiting`` lists exactly the committed transactions (partition,
+first offset) whose COMMIT marker may not be durable, and every record
+appended from O2 on lists them; an entry leaves only once its marker is
+durable (its changelog's recovery point is past the marker, or R2/R3
+flushed it).  At most one entry per partition.
+
+Thread-safety: thread-safe.  Commits of disjoint partitions run in parallel;
+each participant's ``commit_lock`` serializes commits of one partition;
+``_lock`` guards ``_waiting``, the coordinator's log appends and ``_failed``.
+Which writes a commit covers when several threads write: every write that
+was buffered in a participant when the commit took that participant's lock
+(``commit()`` returns once every write its thread buffered before calling
+it is durable: it waits on the lock of a partition another commit holds and
+then takes what is still pending).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from changelog import ChangelogError, Log, LogConfig
+from changelog.limits import INT16_MAX
+from changelog.log import wall_clock_ms
+from changelog.record.control import ControlRecordType
+from statestore.errors import TransactionCoordinatorError
+from statestore.stores.participant import Participant, Records
+from statestore.txn.record import (
+    TRANSACTIONAL_ID,
+    TransactionState,
+    TransactionStateRecord,
+    TxnPartition,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
+__all__ = [
+    "COMMIT_STEPS",
+    "RECOVERY_STEPS",
+    "TRANSACTION_LOG_CONFIG",
+    "TRANSACTION_LOG_DIR",
+    "FaultHook",
+    "TransactionCoordinator",
+]
+
+logger = logging.getLogger(__name__)
+
+TRANSACTION_LOG_DIR: Final = "__transaction_state-0"
+"""The coordinator's log directory inside the state directory (Kafka's topic name)."""
+
+TRANSACTION_LOG_CONFIG: Final = LogConfig(
+    segment_bytes=1024 * 1024,
+    max_compaction_lag_ms=3600 * 1000,
+)
+"""Small segments (about 10,000 records each) so the cleaner can keep it at a few records."""
+
+COMMIT_STEPS: Final = ("T1.1", "T1", "T2", "T3", "T4.1", "T4", "T5")
+"""The fault hook's names for the commit protocol: ``T1.1`` after the first partition's
+batch, ``T4.1`` after the first marker, the others after the step of that number."""
+
+RECOVERY_STEPS: Final = ("O1", "O2", "R1", "R2.1", "R2", "R3")
+"""The fault hook's names for the recovery pass (``R2.1``: after the first marker)."""
+
+FaultHook = Callable[[str], None]
+"""Called with a step name of :data:`COMMIT_STEPS` or :data:`RECOVERY_STEPS` (tests only)."""
+
+_MAX_EPOCH: Final = INT16_MAX - 1
+"""Kafka bumps to a new producer id when the epoch would reach ``Short.MAX_VALUE``."""
+
+
+@attrs.define
+class _Waiting:
+    """A committed transaction's part in one partition whose COMMIT marker may not be durable."""
+
+    first_offset: int
+    marker_offset: int | None = None
+    """Where this session wrote the marker (``None``: read from disk, not resolved yet)."""
+    log: Log | None = None
+
+    def durable(self) -> bool:
+        if self.log is None or self.marker_offset is None:
+            return False
+        try:
+            return self.log.recovery_point > self.marker_offset
+        except ChangelogError:
+            return False
+
+
+class TransactionCoordinator:
+    """Decides multi-partition commits durably and finishes or undoes them at open.
+
+    Protocol, recovery, invariants and thread-safety: see the module docstring.
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        waiting: dict[tuple[str, int], int],
+        clock: Callable[[], int],
+    ) -> None:
+        """Use :meth:`open`."""
+        self._log = log
+        self.producer_id = producer_id
+        """The state directory's producer id (in every transactional batch and marker)."""
+        self.producer_epoch = producer_epoch
+        """This session's epoch (bumped at open; older epochs are fenced)."""
+        self._waiting: dict[tuple[str, int], _Waiting] = {
+            key: _Waiting(first) for key, first in waiting.items()
+        }
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failed: BaseException | None = None
+        self._scope = threading.local()
+        self._label = f"[txn {log.dir}]"
+        self.fault_hook: FaultHook | None = None
+        """Called after each numbered step (:data:`COMMIT_STEPS`, :data:`RECOVERY_STEPS`);
+        for crash-injection tests.  ``None`` (the default): nothing is called."""
+
+    # ----------------------------------------------------------------- open
+
+    @classmethod
+    def open(
+        cls,
+        state_dir: Path,
+        *,
+        clock: Callable[[], int] | None = None,
+        fault_hook: FaultHook | None = None,
+    ) -> TransactionCoordinator:
+        """Steps O1-O2: open the coordinator's log, read the latest decision, bump the epoch.
+
+        A record that does not parse raises
+        :class:`~statestore.errors.TransactionLogCorruptError` before anything
+        is written (the log is closed again).
+        """
+        now = clock if clock is not None else wall_clock_ms
+        log = Log.open(state_dir / TRANSACTION_LOG_DIR, config=TRANSACTION_LOG_CONFIG, clock=clock)
+        try:
+            latest = _latest_record(log)  # O1
+            if fault_hook is not None:
+                fault_hook("O1")
+            if latest is None or latest.producer_epoch >= _MAX_EPOCH:
+                producer_id = secrets.randbelow(2**62) + 1
+                epoch = 0
+            else:
+                producer_id = latest.producer_id
+                epoch = latest.producer_epoch + 1
+            waiting = (
+                {}
+                if latest is None
+                else {(p.topic, p.partition): p.first_offset for p in latest.partitions}
+            )
+            coordinator = cls(
+                log, producer_id=producer_id, producer_epoch=epoch, waiting=waiting, clock=now
+            )
+            coordinator.fault_hook = fault_hook
+            coordinator._append_record(TransactionState.EMPTY)  # O2
+            coordinator._step("O2")
+        except BaseException:
+            log.close()
+            raise
+        logger.info(
+            "%s producer id %s epoch %s; %s committed transaction part(s) to finish",
+            coordinator._label,
+            producer_id,
+            epoch,
+            len(waiting),
+        )
+        return coordinator
+
+    @property
+    def log(self) -> Log:
+        """The coordinator's log (``__transaction_state-0``; the cleaner compacts it)."""
+        return self._log
+
+    @property
+    def failed(self) -> bool:
+        """Whether a decision failed to be written (reopen the manager)."""
+        return self._failed is not None
+
+    def waiting(self) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): first offset}`` of committed parts whose marker may be missing."""
+        with self._lock:
+            return {key: entry.first_offset for key, entry in self._waiting.items()}
+
+    def _step(self, name: str) -> None:
+        """Call the fault hook after step ``name``; if it raises, the coordinator is failed
+        (it writes nothing more, as after a crash) and the error propagates."""
+        hook = self.fault_hook
+        if hook is not None:
+            try:
+                hook(name)
+            except BaseException as exc:
+                self._failed = exc
+                raise
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise TransactionCoordinatorError(self._log.dir, str(self._failed)) from self._failed
+
+    # ----------------------------------------------------------------- recovery (R1-R3)
+
+    def recover(self, log: Log, *, store: str, partition: int) -> dict[int, ControlRecordType]:
+        """Steps R1-R3 for one changelog before its store partition restores.
+
+        Returns ``{first offset: marker written}`` for the transactions it
+        ended.  Raises what the changelog raises (the store's open then fails;
+        nothing was decided differently).
+        """
+        self._check_usable()
+        key = (log.topic, log.partition)
+        label = f"[{store}-{partition}]"
+        open_txns = log.open_transactions()  # R1
+        self._step("R1")
+        with self._lock:
+            entry = self._waiting.get(key)
+        committed_first = None if entry is None else entry.first_offset
+        ended: dict[int, ControlRecordType] = {}
+        for producer_id, first in open_txns.items():
+            marker = (
+                ControlRecordType.COMMIT if first == committed_first else ControlRecordType.ABORT
+            )
+            epoch = self.producer_epoch if producer_id == self.producer_id else None
+            if epoch is None:
+                epoch = log.producer_epoch(producer_id) or 0
+                logger.warning(
+                    "%s open transaction of producer %s (not ours) at offset %s: aborting it",
+                    label,
+                    producer_id,
+                    first,
+                )
+            log.append_marker(marker, producer_id=producer_id, producer_epoch=epoch)  # R2
+            ended[first] = marker
+            logger.warning(
+                "%s transaction at offset %s had no marker: %s (%s)",
+                label,
+                first,
+                "rolled it forward" if marker is ControlRecordType.COMMIT else "aborted it",
+                "its decision is in the coordinator's log"
+                if marker is ControlRecordType.COMMIT
+                else "no decision was recorded",
+            )
+            if len(ended) == 1:
+                self._step("R2.1")
+        if ended or entry is not None:
+            log.flush()  # the markers (and any written before a crash) are durable
+        self._step("R2")
+        if entry is not None:
+            with self._lock:
+                if self._waiting.get(key) is entry:
+                    del self._waiting[key]  # R3
+        self._step("R3")
+        return ended
+
+    # ----------------------------------------------------------------- commit (T1-T5)
+
+    def in_transaction(self) -> bool:
+        """Whether this thread is inside :meth:`transaction_scope`."""
+        return bool(getattr(self._scope, "depth", 0))
+
+    @contextlib.contextmanager
+    def transaction_scope(self) -> Iterator[bool]:
+        """Mark this thread as inside a manager transaction; yields whether it is the outermost."""
+        depth = getattr(self._scope, "depth", 0)
+        self._scope.depth = depth + 1
+        try:
+            yield depth == 0
+        finally:
+            self._scope.depth = depth
+
+    def commit(self, participants: Sequence[Participant]) -> int:
+        """Commit the pending writes of ``participants`` atomically; returns the records committed.
+
+        The protocol is in the module docstring.  Participants without
+        pending writes are left alone (their locks are not taken).
+        """
+        self._check_usable()
+        chosen: dict[int, Participant] = {}
+        for member in participants:
+            if member.pending_count:
+                chosen.setdefault(id(member), member)
+        if not chosen:
+            return 0
+        members = sorted(chosen.values(), key=lambda m: (m.store, m.partition))
+        with contextlib.ExitStack() as locks:
+            for member in members:
+                locks.enter_context(member.commit_lock)
+            work = [(member, member.take()) for member in members]
+            work = [(member, records) for member, records in work if records]
+            if not work:
+                return 0
+            if len(work) == 1:
+                member, records = work[0]
+                return member.write(records)
+            return self._transaction(work)
+
+    def _transaction(self, work: Sequence[tuple[Participant, Records]]) -> int:
+        """T1-T5 over ``work`` (two or more partitions), every commit lock held."""
+        pid, epoch = self.producer_id, self.producer_epoch
+        firsts: list[int] = []
+        try:
+            for member, records in work:  # T1
+                info = member.append_transactional(records, producer_id=pid, producer_epoch=epoch)
+                firsts.append(info.first_offset)
+                if len(firsts) == 1:
+                    self._step("T1.1")
+            self._step("T1")
+            for member, _records in work:  # T2
+                log = member.changelog
+                if log.recovery_point < log.log_end_offset:
+                    log.flush()
+            self._step("T2")
+        except BaseException:
+            self._abort_written(work[: len(firsts)])
+            raise
+        parts = tuple(
+            TxnPartition(member.changelog.topic, member.changelog.partition, first)
+            for (member, _records), first in zip(work, firsts, strict=True)
+        )
+        self._decide(parts, [member.changelog for member, _records in work])  # T3
+        self._step("T3")
+        ends: list[int] = []
+        for (member, _records), part in zip(work, parts, strict=True):  # T4
+            marker = member.append_marker(
+                ControlRecordType.COMMIT, producer_id=pid, producer_epoch=epoch, defer_flush=True
+            )
+            ends.append(marker.last_offset + 1)
+            with self._lock:
+                waiting = self._waiting.get((part.topic, part.partition))
+                if waiting is not None and waiting.first_offset == part.first_offset:
+                    waiting.marker_offset = marker.last_offset
+            if len(ends) == 1:
+                self._step("T4.1")
+        self._step("T4")
+        for (member, records), end in zip(work, ends, strict=True):  # T5
+            member.apply(records, end)
+            member.forget(records)
+        self._step("T5")
+        return sum(len(records) for _member, records in work)
+
+    def _abort_written(self, written: Sequence[tuple[Participant, Records]]) -> None:
+        """An error before the decision: end the partitions' transactions with ABORT (best effort).
+
+        A partition that cannot take the marker keeps its transaction open;
+        the next open aborts it (R2).  After a crash of the fault hook
+        (the coordinator is failed) nothing more is written, as after a crash.
+        """
+        if self._failed is not None:
+            return
+        for member, _records in written:
+            if member.failed:
+                continue
+            try:
+                member.append_marker(
+                    ControlRecordType.ABORT,
+                    producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch,
+                    defer_flush=True,
+                )
+            except Exception:
+                logger.exception(
+                    "%s could not abort the transaction in %s-%s",
+                    self._label,
+                    member.store,
+                    member.partition,
+                )
+
+    def _decide(self, parts: tuple[TxnPartition, ...], logs: Sequence[Log]) -> None:
+        """T3: the PrepareCommit record, fsynced; on an I/O error the coordinator is failed."""
+        with self._lock:
+            self._check_usable()
+            for part, log in zip(parts, logs, strict=True):
+                self._waiting[(part.topic, part.partition)] = _Waiting(part.first_offset, log=log)
+            try:
+                self._append_record_locked(TransactionState.PREPARE_COMMIT)
+            except BaseException as exc:
+                self._failed = exc
+                raise TransactionCoordinatorError(self._log.dir, str(exc)) from exc
+
+    # ----------------------------------------------------------------- the coordinator's log
+
+    def _append_record(self, state: TransactionState) -> None:
+        with self._lock:
+            self._append_record_locked(state)
+
+    def _append_record_locked(self, state: TransactionState) -> None:
+        """Append (and fsync) a record listing every part still waiting; the caller holds ``_lock``."""
+        for key in [key for key, entry in self._waiting.items() if entry.durable()]:
+            del self._waiting[key]
+        record = TransactionStateRecord(
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            state=state,
+            last_update_timestamp_ms=self._clock(),
+            partitions=tuple(
+                TxnPartition(topic, partition, entry.first_offset)
+                for (topic, partition), entry in self._waiting.items()
+            ),
+        )
+        info = self._log.append([(encode_key(), encode_value(record))])
+        if not info.flushed:
+            self._log.flush()
+
+    # ----------------------------------------------------------------- shutdown
+
+    def close(self) -> None:
+        """T6: a CompleteCommit record (if a commit was decided), then close the log; idempotent."""
+        if self._log.closed:
+            return
+        try:
+            if self._failed is None:
+                with self._lock:
+                    self._append_record_locked(TransactionState.COMPLETE_COMMIT)
+        finally:
+            self._log.close()
+
+    def abandon(self) -> None:
+        """Release the log as a crash would (no record, no checkpoints); idempotent."""
+        if not self._log.closed:
+            self._log.abandon()
+
+
+def _latest_record(log: Log) -> TransactionStateRecord | None:
+    """O1: the latest record of our transactional id (``None``: a new state directory)."""
+    key = encode_key(TRANSACTIONAL_ID)
+    latest: tuple[int, bytes] | None = None
+    for record in log.read(log.log_start_offset):
+        if record.key is None or record.value is None:
+            continue
+        if record.key == key:
+            latest = (record.offset, record.value)
+        else:
+            decode_key(record.key, offset=record.offset)  # another id: parse it, ignore it
+    if latest is None:
+        return None
+    return decode_value(latest[1], offset=latest[0])
