@@ -35,11 +35,16 @@ the first base offset, and equals it after a clean shutdown (C3); the
 recovery point is never above the durable log end offset (R4 after R3, C2 after
 C1, T0 before T1), and equals the log end offset after a clean shutdown (C2).
 Segments are contiguous: each one's next offset is the next one's base offset
-(rolls start at the log end offset, the cleaner keeps each group's last
-batch, truncation and retention remove whole suffixes and prefixes).  A
+(rolls start at the log end offset, truncation and retention remove whole
+suffixes and prefixes), except after a segment the cleaner rewrote: it drops
+a group's emptied last batch (Kafka's rule), and raises
+``cleaner-swap-offset-checkpoint`` above the rewritten segments' base offsets
+before it swaps them in (S1b).  So a hole after a segment whose base offset is
+below that checkpoint is compaction's, and every other hole is refused.  A
 directory that carries no file of ours (no checkpoint, no marker: a copy of a
-Kafka broker's directory, whose cleaner may leave holes) is exempt from the
-contiguity check; a hole there is reported as a warning.
+Kafka broker's directory, whose cleaner leaves holes) is exempt: a hole there
+is a warning, and the open records the end of the last one in the swap
+checkpoint (L9), so later opens accept those holes and refuse new ones.
 
 Indexes are derived data: one that is missing, unreadable, or disagrees with
 its ``.log`` is rebuilt (the segment is then CRC-checked in full first, so the
@@ -73,7 +78,6 @@ import attrs
 from changelog.config import LogConfig
 from changelog.errors import (
     CheckpointMismatchError,
-    CorruptDataError,
     CorruptIndexError,
     CorruptRecordError,
     LogInconsistencyError,
@@ -83,12 +87,12 @@ from changelog.errors import (
 from changelog.fs import files
 from changelog.fs.checkpoint import (
     CLEANER_CHECKPOINT,
+    CLEANER_SWAP_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     read_checkpoint,
 )
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
-from changelog.limits import INT64_MAX
 from changelog.producer_state import ProducerState, replay_segment
 from changelog.record.batch import (
     BATCH_HEADER_SIZE,
@@ -124,7 +128,9 @@ _DELTA: Final = struct.Struct(">i")
 _MAGIC_BYTE: Final = bytes([MAGIC])
 _PAGE: Final = 4096
 
-Action = Literal["delete", "rename", "truncate", "rebuild-indexes", "create-segment"]
+Action = Literal[
+    "delete", "rename", "truncate", "rebuild-indexes", "create-segment", "write-checkpoint"
+]
 
 
 @attrs.frozen
@@ -137,12 +143,15 @@ class PlannedStep:
     reason: str
     target: Path | None = None
     position: int | None = None
+    offset: int | None = None
+    """The offset a ``write-checkpoint`` step writes."""
 
     def render(self) -> str:
         """``L8 truncate 000...0.log at position 1234: reason`` (one line)."""
         where = f" at position {self.position}" if self.position is not None else ""
         to = f" to {self.target.name}" if self.target is not None else ""
-        return f"{self.pass_name} {self.action} {self.path.name}{to}{where}: {self.reason}"
+        value = f" = {self.offset}" if self.offset is not None else ""
+        return f"{self.pass_name} {self.action} {self.path.name}{value}{to}{where}: {self.reason}"
 
 
 @attrs.frozen
@@ -779,9 +788,24 @@ def plan_load(
     segments = _plan_segments(
         planner, had_clean_shutdown, checkpointed_rp, strict=flush_per_append
     )  # L7-L8
-    foreign = checkpointed_rp is None and checkpointed_start is None and not had_clean_shutdown
-    _check_contiguous(segments, foreign, _cleaned_below(directory), planner.warnings)
+    foreign = (
+        checkpointed_rp is None
+        and checkpointed_start is None
+        and not had_clean_shutdown
+        and not (directory / CLEANER_CHECKPOINT).exists()
+        and not (directory / CLEANER_SWAP_CHECKPOINT).exists()
+    )
+    adopted = _check_contiguous(segments, directory, foreign=foreign, warnings=planner.warnings)
     # L9
+    if adopted is not None:
+        planner.step(
+            "L9",
+            "write-checkpoint",
+            directory / CLEANER_SWAP_CHECKPOINT,
+            "a directory without our checkpoints (a Kafka broker's) whose cleaner left holes"
+            " between segments: they are recorded as compaction's, so later opens accept them",
+            offset=adopted,
+        )
     if not segments:
         for path, value in ((rp_path, checkpointed_rp), (ls_path, checkpointed_start)):
             if value:
@@ -932,28 +956,34 @@ def _check_producer_state(segments: list[PlannedSegment]) -> None:
             replay_segment(state, reader)
 
 
-def _cleaned_below(directory: Path) -> int:
-    """The cleaner checkpoint's offset (below it the log was compacted), 0 if none.
+def _swap_checkpoint(directory: Path) -> int | None:
+    """The offset in ``cleaner-swap-offset-checkpoint``, ``None`` if there is none.
 
-    An unreadable checkpoint explains every hole (``INT64_MAX``): it cannot say how far the
-    cleaner got, and refusing the open over the cleaner's own bookkeeping would turn a
-    damaged checkpoint into an unopenable log (the cleaner itself reports it)."""
-    try:
-        entries = read_checkpoint(directory / CLEANER_CHECKPOINT)
-    except (CorruptDataError, LogStorageError):
-        return INT64_MAX
-    return max(entries.values(), default=0)
+    A file that cannot be parsed raises :class:`CorruptCheckpointError` (it is
+    written atomically: damage is not a crash's doing); only a log with a hole
+    between segments reads it, so its damage never refuses a log without one."""
+    entries = read_checkpoint(directory / CLEANER_SWAP_CHECKPOINT)
+    return max(entries.values(), default=None)
 
 
 def _check_contiguous(
-    segments: list[PlannedSegment],
-    foreign: bool,
-    cleaned_below: int,
-    warnings: list[str],
-) -> None:
-    """Each segment's next offset is the next one's base offset (module docstring), except
-    after a segment the cleaner rewrote: it drops a group's emptied last batch (Kafka's rule),
-    so a compacted segment may end before the next one begins."""
+    segments: list[PlannedSegment], directory: Path, *, foreign: bool, warnings: list[str]
+) -> int | None:
+    """Each segment's next offset is the next one's base offset, except where compaction made
+    a hole; raise :class:`LogInconsistencyError` for any other hole or an overlap.
+
+    The cleaner drops a group's emptied last batch (Kafka's rule), so a cleaned segment may
+    end before the next one begins; before its swap it raises the swap checkpoint above the
+    base offset of every segment it rewrote (step S1b of :mod:`changelog.replace`).  So a
+    hole after a segment whose base offset is below the swap checkpoint is compaction's, and
+    any other hole is damage (a closed segment cut at a batch boundary, a middle segment lost
+    with all its files).  A ``foreign`` directory (none of our checkpoints: a Kafka broker's
+    partition copied in) is allowed its holes, with a warning; the offset returned is then
+    the swap checkpoint the open records for them (the end of the last hole), else ``None``.
+    """
+    proof: int | None = None
+    proof_read = False
+    adopted: int | None = None
     for current, following in itertools.pairwise(segments):
         if current.next_offset == following.base_offset:
             continue
@@ -974,23 +1004,32 @@ def _check_contiguous(
             f" segment starts at {following.base_offset}: offsets"
             f" [{current.next_offset}, {following.base_offset}) are missing"
         )
-        if (
-            current.base_offset < cleaned_below
-            or current.size_bytes == 0
-            or current.log_path.name.endswith(files.SWAP_SUFFIX)
-        ):
-            continue  # compacted (or being swapped in): the cleaner may leave this hole
         if foreign:
             warnings.append(
                 message + " (a directory without our checkpoints: allowed, as a Kafka"
                 " broker's cleaner may leave such holes)"
             )
+            adopted = following.base_offset
             continue
-        # Not an error: a cleaning pass that stopped between its swap (S5) and its checkpoint
-        # (a failed checkpoint write, a crash) leaves such a hole above the checkpoint, and
-        # nothing on disk tells it from a segment cut exactly at a batch boundary or a lost
-        # middle segment (docs/reliability.md, "Limits").  A cut inside a batch is refused.
-        warnings.append(
-            message + " (a cleaning pass that stopped before its checkpoint leaves this;"
-            " so does a segment cut at a batch boundary or lost whole)"
+        if not proof_read:
+            proof, proof_read = _swap_checkpoint(directory), True
+        if proof is not None and current.base_offset < proof:
+            continue  # compacted: the cleaner made this hole (S1b made it durable first)
+        why = (
+            f"{CLEANER_SWAP_CHECKPOINT} is missing"
+            if proof is None
+            else f"{CLEANER_SWAP_CHECKPOINT} holds {proof}, not above its base offset"
+            f" {current.base_offset}"
         )
+        raise LogInconsistencyError(
+            current.log_path,
+            current.size_bytes,
+            f"{message}, and compaction cannot explain it ({why}: nothing says a cleaning pass rewrote"
+            " this segment): the segment was cut at a batch boundary, or the segments"
+            " holding those offsets were lost; restore the files, or accept the loss"
+            " explicitly (docs/recovery.md)",
+            expected=following.base_offset,
+            actual=current.next_offset,
+            offset=current.next_offset,
+        )
+    return adopted

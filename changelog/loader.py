@@ -29,7 +29,9 @@ L8    no clean-shutdown marker: from the segment holding the recovery  A1-A2, R2
       point on, re-validate every batch, rebuild and fsync the
       indexes, cut the active segment's torn tail (and fsync it)
 L9    log start offset = max(checkpoint, first base offset); no        D3, C2, C3
-      segment at all (a new directory): create one at offset 0
+      segment at all (a new directory): create one at offset 0; a
+      Kafka broker's directory with holes: record them in the swap
+      checkpoint
 L10   rebuild the producer state from every segment's batch headers   M1-M2, T2
       and make each ``.txnindex`` hold exactly the aborted
       transactions its markers close (rewritten if it differs)
@@ -53,6 +55,7 @@ import attrs
 
 from changelog.config import LogConfig
 from changelog.fs import files
+from changelog.fs.checkpoint import write_offset_checkpoint
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
 from changelog.load_plan import LoadPlan, plan_load
 from changelog.producer_state import ProducerState, rebuild_producer_state
@@ -159,6 +162,11 @@ def load_log(
         if not segments:  # L9
             segments.append(LogSegment.create(directory, 0, config=config, created_ms=now_ms))
             files.fsync_dir(directory, "load.L9.fsync_dir")
+        for step in plan.steps:  # L9: a foreign directory's holes, recorded as compaction's
+            if step.action == "write-checkpoint":
+                assert step.offset is not None
+                logger.info("%s%s", prefix, step.render())
+                write_offset_checkpoint(step.path, topic, partition, step.offset)
         producer_state = rebuild_producer_state(segments, prefix)  # L10
         if plan.had_clean_shutdown:  # L11
             files.delete_file(directory / CLEAN_SHUTDOWN_FILE, "load.L11.delete_marker")

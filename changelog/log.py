@@ -96,7 +96,7 @@ from changelog.record.batch import (
 from changelog.record.compression import compression_for
 from changelog.record.control import ControlRecordType, encode_marker_batch, read_marker
 from changelog.recovery_point import RecoveryPoint
-from changelog.replace import replace_segments
+from changelog.replace import prepare_replace, replace_segments
 from changelog.segment.segment import LogSegment
 from changelog.segment.txn_index import AbortedTxn, collect_aborted
 
@@ -723,18 +723,34 @@ class Log:
             return count
 
     def replace_segments(
-        self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
+        self,
+        new_segments: Sequence[LogSegment],
+        old_segments: Sequence[LogSegment],
+        *,
+        before_swap: Callable[[], None] | None = None,
     ) -> None:
         """Swap ``new_segments`` (files suffixed ``.cleaned``) in for ``old_segments``.
 
         Kafka's ``LocalLog.replaceSegments``, steps S0-S6 (:mod:`changelog.replace`):
         a crash at any step leaves either the old or the new segments after
-        the loader has run.  Raises :class:`~changelog.errors.CleanerAbortedError`
-        (having deleted ``new_segments``) if an old segment is no longer in the
-        log or is the active segment; nothing else has changed then.
+        the loader has run.  ``before_swap`` is step S1b, called under
+        ``Log.lock`` once the new segments are flushed and before any of them
+        can replace an old one: the cleaner makes its swap checkpoint durable
+        there.  Raises :class:`~changelog.errors.CleanerAbortedError` (having
+        deleted ``new_segments``) if an old segment is no longer in the log or
+        is the active segment; nothing else has changed then.  A failure in S1
+        or S1b deletes ``new_segments`` and leaves the log usable; one from S2
+        on fails the log.
         """
         with self.lock:
             self._check_open()
+            prepare_replace(
+                self._segments.items,
+                new_segments,
+                old_segments,
+                before_swap=before_swap,
+                log_prefix=self._prefix,
+            )  # S0, S1, S1b
             with self._fatal_on_storage_error():
                 replace_segments(
                     self._segments.items,
@@ -744,7 +760,7 @@ class Log:
                     install=self._segments.install,
                     schedule_delete=self._segments.schedule_delete,
                     log_prefix=self._prefix,
-                )
+                )  # S2-S6
 
     # ----------------------------------------------------------------- closing
 

@@ -11,6 +11,8 @@ step  what it does                                                         after
 S0    every old segment is still in the log and none is the active one;    (nothing changed)
       otherwise delete the new segments and raise ``CleanerAbortedError``
 S1    flush the new segments                                               L3: old segments
+S1b   the caller's durable step before the swap (the cleaner writes its    L3: old segments
+      checkpoint: every hole the new segments leave lies below it)
 S2    rename the new segments ``.cleaned`` -> ``.swap``, highest base      L3: old segments
       offset first (each rename is followed by an fsync of the directory)
 S3    swap the new segments into the segment list (memory only)            L4, L5: new ones
@@ -18,6 +20,27 @@ S4    rename the old segments' files to ``.deleted`` (removed as in D2)    L2, L
 S5    rename the new segments ``.swap`` -> ordinary names                  L2, L4, L5: new
 S6    fsync the directory                                                  new segments
 ====  ===================================================================  ==================
+
+S0, S1 and S1b change nothing the log reads (:func:`prepare_replace`): a
+failure there deletes the new segments and the log goes on; an I/O error
+from S2 on fails the log (:func:`replace_segments`).
+
+S1b is why a hole between segments can be told from damage.  The cleaner
+drops a group's emptied last batch (Kafka's rule), so a cleaned segment may
+end before the next one begins.  At S1b it raises
+``cleaner-swap-offset-checkpoint`` (atomically, fsynced) to the pass's end
+offset, which is above every rewritten group's base offset, *before* any
+of its segments can replace an old one: so every hole the cleaner ever made
+lies after a segment whose base offset is below that durable checkpoint,
+and the loader refuses every other hole.  A swap checkpoint ahead of a swap
+that never happened (a crash in S2, a failure) is harmless: it only widens
+which holes are taken for compaction's (below it, as below Kafka's cleaner
+checkpoint, a segment cut at a batch boundary looks like compaction); no
+pass reads it.  It is not the cleaner checkpoint (the next pass's first
+dirty offset), which is still written after the swap, as in Kafka: written
+ahead of a swap that never happened, that one would let a later pass drop a
+tombstone whose older value it never deduplicated, and the deleted key
+would come back.
 
 Renaming highest first in S2 is what makes L3 correct: while S2 runs, every
 ``.swap`` file has a higher base offset than every remaining ``.cleaned``
@@ -38,9 +61,43 @@ from changelog.errors import CleanerAbortedError
 from changelog.fs import files
 from changelog.segment.segment import LogSegment
 
-__all__ = ["replace_segments"]
+__all__ = ["prepare_replace", "replace_segments"]
 
 logger = logging.getLogger(__name__)
+
+
+def prepare_replace(
+    existing: Sequence[LogSegment],
+    new_segments: Sequence[LogSegment],
+    old_segments: Sequence[LogSegment],
+    *,
+    before_swap: Callable[[], None] | None,
+    log_prefix: str,
+) -> None:
+    """Steps S0, S1 and S1b: check, flush the new segments, run ``before_swap``.
+
+    Changes nothing the log reads.  Raises
+    :class:`~changelog.errors.CleanerAbortedError` if S0 fails, and whatever
+    S1 or S1b raise; in every case the new segments are deleted first.
+    """
+    new = sorted(new_segments, key=lambda segment: segment.base_offset)
+    current = {id(segment) for segment in existing[:-1]}
+    if not new or any(id(segment) not in current for segment in old_segments):  # S0
+        for segment in new:
+            segment.delete()
+        raise CleanerAbortedError(
+            f"{log_prefix}the segments to replace are no longer in the log (or one "
+            "is the active segment); the cleaned segments were deleted"
+        )
+    try:
+        for segment in new:  # S1
+            segment.flush()
+        if before_swap is not None:  # S1b
+            before_swap()
+    except BaseException:
+        for segment in new:
+            segment.delete()
+        raise
 
 
 def replace_segments(
@@ -55,24 +112,13 @@ def replace_segments(
 ) -> None:
     """Replace ``old_segments`` of ``existing`` (the log's segments, active last) by ``new_segments``.
 
-    Steps S0-S6 (module docstring).  ``install`` receives the new segment
-    list at S3; ``schedule_delete`` renames one segment's files to
-    ``.deleted`` and queues them for removal (S4).  Raises
-    :class:`~changelog.errors.CleanerAbortedError`, having deleted
-    ``new_segments``, if S0 fails.
+    Steps S2-S6 (module docstring), after :func:`prepare_replace` has run
+    S0-S1b.  ``install`` receives the new segment list at S3;
+    ``schedule_delete`` renames one segment's files to ``.deleted`` and
+    queues them for removal (S4).
     """
     new = sorted(new_segments, key=lambda segment: segment.base_offset)
     old = sorted(old_segments, key=lambda segment: segment.base_offset)
-    current = {id(segment) for segment in existing[:-1]}
-    if not new or any(id(segment) not in current for segment in old):  # S0
-        for segment in new:
-            segment.delete()
-        raise CleanerAbortedError(
-            f"{log_prefix}the segments to replace are no longer in the log (or one "
-            "is the active segment); the cleaned segments were deleted"
-        )
-    for segment in new:  # S1
-        segment.flush()
     for segment in reversed(new):  # S2
         segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
     old_ids = {id(segment) for segment in old}  # S3

@@ -28,8 +28,10 @@ records.  Its steps:
    all, unless it holds an empty segment next to others (Kafka rewrites
    every group; we rewrite those so that empty segments merge away).  (Step 2's code is :mod:`changelog.cleaner.recopy`.)
 3. **Swap** every rewritten group at once: one ``log.replace_segments``
-   fsyncs the ``.cleaned`` segments and runs the ``.cleaned -> .swap ->
-   .deleted`` protocol under ``log.lock`` (the only time the pass holds it,
+   fsyncs the ``.cleaned`` segments, raises ``cleaner-swap-offset-checkpoint``
+   to the end offset (durably, before anything is renamed: the holes the
+   pass leaves are explained before they exist) and runs the ``.cleaned ->
+   .swap -> .deleted`` protocol under ``log.lock`` (the only time the pass holds it,
    apart from the snapshot), so a crash leaves exactly the old or exactly
    the new log.  Untouched groups between rewritten ones stay where they are
    (loader pass L4 deletes, per ``.swap`` file, only the segments inside that
@@ -76,6 +78,7 @@ import attrs
 
 from changelog.cleaner.manager import (
     LogToClean,
+    advance_swap_checkpoint,
     log_to_clean,
     record_pending_delete_horizon,
     write_cleaner_checkpoint,
@@ -379,15 +382,23 @@ def build_offset_map(
 # ----------------------------------------------------------------- step 3: the swap
 
 
-def _swap(log: Any, old: Sequence[LogSegment], new: Sequence[LogSegment]) -> None:
+def _swap(log: Any, old: Sequence[LogSegment], new: Sequence[LogSegment], end_offset: int) -> None:
     """Replace ``old`` by ``new`` in one ``Log.replace_segments`` (under ``log.lock``).
 
     One swap per pass, so a crash leaves the pass exactly old or exactly new.
+    Before the swap (its step S1b) the swap checkpoint is raised to the
+    pass's end offset, which is above every rewritten group's base offset: so
+    a hole a cleaned segment leaves (an emptied last batch dropped) is
+    explained by a durable checkpoint before it exists (:mod:`changelog.replace`).
     ``replace_segments`` raises :class:`CleanerAbortedError` (and deletes
     ``new``) if a segment of ``old`` left the log meanwhile (retention,
     truncation).
     """
-    log.replace_segments(list(new), list(old))
+    log.replace_segments(
+        list(new),
+        list(old),
+        before_swap=functools.partial(advance_swap_checkpoint, log, end_offset),
+    )
 
 
 @attrs.define(kw_only=True)
@@ -539,7 +550,7 @@ def commit(
     if compacted.cleaned:
         by_base = {segment.base_offset: segment for segment in segments}
         old = [by_base[base] for bases in compacted.replaced for base in bases]
-        _swap(log, old, compacted.cleaned)  # replace_segments deletes them if it refuses (S0)
+        _swap(log, old, compacted.cleaned, stats.end_offset)  # deleted if it refuses (S0-S1b)
     write_cleaner_checkpoint(log, stats.end_offset)
     record_pending_delete_horizon(log, stats.pending_delete_horizon_ms)
     stats.duration_s = time.monotonic() - started

@@ -51,13 +51,19 @@ from changelog.cleaner.horizon import (
     scan_pending_delete_horizon,
 )
 from changelog.cleaner.views import CleanableLog, CleanableSegment
-from changelog.fs.checkpoint import CLEANER_CHECKPOINT, read_checkpoint, write_checkpoint
+from changelog.fs.checkpoint import (
+    CLEANER_CHECKPOINT,
+    CLEANER_SWAP_CHECKPOINT,
+    read_checkpoint,
+    write_checkpoint,
+)
 
 __all__ = [
     "CleanableLog",
     "CleanableSegment",
     "CleanerManager",
     "LogToClean",
+    "advance_swap_checkpoint",
     "cleanable_offsets",
     "forget_pending_delete_horizon",
     "log_to_clean",
@@ -100,6 +106,21 @@ def read_cleaner_checkpoint(log: CleanableLog) -> int | None:
 def write_cleaner_checkpoint(log: CleanableLog, offset: int) -> None:
     """Save ``offset`` as the first dirty offset (atomically: temp file, fsync, rename)."""
     write_checkpoint(log.dir / CLEANER_CHECKPOINT, {(log.topic, log.partition): offset})
+
+
+def advance_swap_checkpoint(log: CleanableLog, offset: int) -> None:
+    """Raise ``cleaner-swap-offset-checkpoint`` to ``offset`` (never lower it); atomic, fsynced.
+
+    Step S1b of :mod:`changelog.replace`: the pass calls it, under
+    ``log.lock``, before its cleaned segments can replace old ones, with its
+    end offset (above the base offset of every group it rewrote).  A file that
+    cannot be read raises :class:`~changelog.errors.CorruptCheckpointError`
+    (the pass fails and is retried; nothing is swapped).
+    """
+    path = log.dir / CLEANER_SWAP_CHECKPOINT
+    current = max(read_checkpoint(path).values(), default=-1)
+    if offset > current:
+        write_checkpoint(path, {(log.topic, log.partition): offset})
 
 
 # ---------------------------------------------------------------- cleanable range

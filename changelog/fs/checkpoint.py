@@ -53,6 +53,7 @@ from changelog.limits import INT32_MAX, INT64_MAX
 __all__ = [
     "CHECKPOINT_VERSION",
     "CLEANER_CHECKPOINT",
+    "CLEANER_SWAP_CHECKPOINT",
     "LEADER_EPOCH_CHECKPOINT",
     "LOG_START_OFFSET_CHECKPOINT",
     "RECOVERY_POINT_CHECKPOINT",
@@ -186,6 +187,14 @@ def write_checkpoint(path: Path, entries: Mapping[tuple[str, int], int]) -> None
 
 CLEANER_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 """Name of the cleaner checkpoint inside the partition directory (Kafka's file name)."""
+CLEANER_SWAP_CHECKPOINT: Final = "cleaner-swap-offset-checkpoint"
+"""Ours, not Kafka's: the end offset of the newest cleaning pass that may have swapped segments in.
+
+Written by the cleaner before its swap (step S1b of :mod:`changelog.replace`)
+and never lowered.  The cleaner drops a group's emptied last batch (Kafka's
+rule), so a cleaned segment may end before the next one begins; every such
+segment has its base offset below this offset, so a hole between segments
+after any other segment is damage (the loader refuses it)."""
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 """Offsets below the recovery point were flushed; segments from it on are re-validated."""
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"

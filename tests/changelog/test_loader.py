@@ -27,9 +27,7 @@ from changelog.fs.checkpoint import (
     write_offset_checkpoint,
 )
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
-from changelog.load_plan import plan_load
 from changelog.log import Log
-from changelog.log_dir import parse_topic_partition
 from changelog.record.batch import decode_records, encode_batch, encode_records
 from changelog.segment.segment import LogSegment
 from tests.changelog.conftest import FakeClock, records
@@ -417,11 +415,10 @@ def test_a_missing_segment_is_refused(
     bases = sorted(int(p.name[:20]) for p in log_dir.glob("*.log"))
     for suffix in (".log", ".index", ".timeindex"):
         seg_path(log_dir, bases[1], suffix).unlink()
-    # KNOWN LIMIT (docs/reliability.md): a hole above the cleaner checkpoint is only a
-    # warning, because a cleaning pass stopped before its checkpoint leaves the same hole.
-    topic, partition = parse_topic_partition(log_dir)
-    plan = plan_load(log_dir, topic=topic, partition=partition, config=small_config)
-    assert any("hole between segments" in w for w in plan.warnings)
+    error = refused(log_dir, small_config, clock, LogInconsistencyError)
+    assert error.path == seg_path(log_dir, bases[0])  # type: ignore[attr-defined]
+    assert error.offset is not None and bases[1] <= error.offset < bases[2]  # type: ignore[attr-defined]
+    assert error.expected == bases[2]  # type: ignore[attr-defined]
 
 
 def test_a_closed_segment_cut_at_a_batch_boundary_is_refused(
@@ -430,12 +427,12 @@ def test_a_closed_segment_cut_at_a_batch_boundary_is_refused(
     build(log_dir, small_config, clock, clean=True)
     victim = seg_path(log_dir, 0)
     with LogSegment.open(log_dir, 0, config=small_config) as segment:
-        position, _header = list(segment.headers())[-1]
+        position, header = list(segment.headers())[-1]
     os.truncate(victim, position)
-    # KNOWN LIMIT (docs/reliability.md): reported as a hole warning, not refused.
-    topic, partition = parse_topic_partition(log_dir)
-    plan = plan_load(log_dir, topic=topic, partition=partition, config=small_config)
-    assert any("hole between segments" in w for w in plan.warnings)
+    error = refused(log_dir, small_config, clock, LogInconsistencyError)
+    assert error.path == victim  # type: ignore[attr-defined]
+    assert error.position == position  # type: ignore[attr-defined]
+    assert error.offset == header.base_offset  # type: ignore[attr-defined]
 
 
 def test_a_closed_segment_cut_mid_batch_is_refused(

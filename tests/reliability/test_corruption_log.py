@@ -396,10 +396,12 @@ def _state(log: Log) -> dict[bytes, bytes]:
 def test_missing_segment_is_a_typed_error(partition: Path, which: str, clean: bool) -> None:
     """A ``.log`` gone from the middle or the end loses acknowledged data: report it, never hide it.
 
-    Detectable because segments are contiguous (the cleaner keeps each source
-    segment's last batch, even empty, so ``next offset`` of one segment is the
-    base offset of the next) and, after a clean shutdown, the recovery-point
-    checkpoint holds the log end offset.  Not detectable, hence not tested:
+    Detectable because segments are contiguous (``next offset`` of one segment
+    is the base offset of the next, except after a segment below
+    ``cleaner-swap-offset-checkpoint``, which this never-cleaned log does not
+    have; ``tests/changelog/test_loader_holes.py`` covers cleaned logs) and,
+    after a clean shutdown, the recovery-point checkpoint holds the log end
+    offset.  Not detectable, hence not tested:
     the active segment missing after an unclean shutdown (its base offset is
     the checkpointed recovery point, so the log looks like one that crashed
     right after a roll).

@@ -18,6 +18,7 @@ log end offset and return it after a clean reopen.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ import pytest
 from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.errors import ChangelogError
+from changelog.fs.checkpoint import CLEANER_SWAP_CHECKPOINT
 from changelog.log import Log
 from changelog.record.batch import encode_batch
 from tests.reliability import stats
@@ -37,6 +39,7 @@ from tests.reliability.crash import CrashAt, StepRecorder, abandon_dir, crashing
 from tests.reliability.model import ModelCache, commit_ops
 
 SEED = 7
+SWAP_CHECKPOINT = CLEANER_SWAP_CHECKPOINT
 PARTITION = "cp-0"
 CLEANER = CleanerConfig(dedupe_buffer_size_bytes=1 << 20)
 Rec = tuple[int, bytes | None, bytes | None]
@@ -163,6 +166,22 @@ class Scenario:
     operation: Callable[[Path, Clock], None]
     check: Check
     min_steps: int = 1
+    holes: bool = False
+    """A cleaning pass that must leave holes between segments (emptied last batches dropped),
+    so that its crash points exercise the loader's refusal of holes compaction cannot explain."""
+    swap_checkpoint: bool = False
+    """The pass must raise the swap checkpoint (S1b): its write's fault points are crashed at."""
+
+
+def holes_between_segments(directory: Path, config: dict[str, Any]) -> int:
+    """How many segments of the (closed) log end before the next one begins."""
+    with open_log(directory, config) as log:
+        segments = log.segments
+        return sum(
+            1
+            for current, following in itertools.pairwise(segments)
+            if current.read_next_offset() < following.base_offset
+        )
 
 
 SMALL: dict[str, Any] = {"segment_bytes": 1024, "index_interval_bytes": 128}
@@ -220,6 +239,21 @@ def _prepare_overwrites(n: int, config: dict[str, Any]) -> Callable[[Path, Clock
             for i in range(n):
                 log.append([(b"k%d" % (i % 3), b"v%d" % i)])
                 if i % 3 == 2:
+                    log.roll()
+
+    return prepare
+
+
+def _prepare_holes(n: int, config: dict[str, Any]) -> Callable[[Path, Clock], None]:
+    """``n`` one-record batches of 300 bytes over three keys, a roll every two: each segment is
+    its own group, and its last batch is superseded later, so the pass empties and drops it
+    (Kafka's rule): a hole after every rewritten segment but the round's last."""
+
+    def prepare(directory: Path, clock: Clock) -> None:
+        with open_log(directory, config, clock) as log:
+            for i in range(n):
+                log.append([(b"k%d" % (i % 3), bytes([i % 256]) * 300)])
+                if i % 2 == 1:
                     log.roll()
 
     return prepare
@@ -313,6 +347,7 @@ def scenarios(scale: int) -> list[Scenario]:
             _prepare_cleaned(16 * scale, SMALL),
             _op(SMALL, _advance_and_clean),
             compaction_between,
+            holes=True,
         ),
         Scenario(
             "clean.merge",
@@ -320,6 +355,15 @@ def scenarios(scale: int) -> list[Scenario]:
             _prepare_overwrites(12 * scale, SMALL),
             _op(SMALL, lambda log, _c: (log.roll(), clean_log(log, force=True, config=CLEANER))),
             compaction_between,
+        ),
+        Scenario(
+            "clean.holes",
+            SMALL,
+            _prepare_holes(12 * scale, SMALL),
+            _op(SMALL, lambda log, _c: (log.roll(), clean_log(log, force=True, config=CLEANER))),
+            compaction_between,
+            holes=True,
+            swap_checkpoint=True,
         ),
         Scenario(
             "retention.delete",
@@ -361,6 +405,14 @@ def run_scenario(tmp_path: Path, scenario: Scenario, prefix: str) -> int:
     after = snapshot(full_dir, scenario.config, full_clock)
     steps = recorder.steps
     assert len(steps) >= scenario.min_steps, f"{scenario.name}: no fault points passed"
+    if scenario.holes:
+        holes = holes_between_segments(full_dir, scenario.config)
+        assert holes > 0, f"{scenario.name}: the pass left no hole between segments"
+        stats.note(kind, "holes_after_pass", holes)
+    at_s1b = [k for k, (_step, path) in enumerate(steps, 1) if SWAP_CHECKPOINT in path.name]
+    if scenario.swap_checkpoint:
+        assert at_s1b, f"{scenario.name}: no fault point in the swap checkpoint write (S1b)"
+        stats.note(kind, "crash_points_in_swap_checkpoint", len(at_s1b))
 
     failures: list[str] = []
     for k in range(1, len(steps) + 1):

@@ -37,6 +37,7 @@ import pytest
 from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.fs import files
+from changelog.fs.checkpoint import CLEANER_SWAP_CHECKPOINT
 from changelog.log import Log
 from tests.reliability import stats
 from tests.reliability.conftest import SOAK_SCALE
@@ -305,3 +306,8 @@ def test_syscall_order_of_commit_roll_swap_and_partition_creation(tmp_path: Path
     assert renames, swap
     for i in renames:
         assert swap[i + 1] == f"fsync {PARTITION}", swap[i : i + 2]
+    # S1b: the swap checkpoint is durable (renamed into place, directory fsynced) before the
+    # first .cleaned -> .swap rename (S2), so every hole the swap leaves is explained first
+    checkpoint = swap.index(f"rename {CLEANER_SWAP_CHECKPOINT}.tmp")
+    first_s2 = next(i for i in renames if swap[i].endswith(".cleaned"))
+    assert checkpoint < first_s2 and swap[checkpoint + 1] == f"fsync {PARTITION}", swap
