@@ -40,6 +40,7 @@ SCRIPTS: dict[str, str] = {
     "codec": "benchmarks.codec_bench",
     "log": "benchmarks.log_bench",
     "cleaner": "benchmarks.cleaner_bench",
+    "offset_map": "benchmarks.offset_map_bench",
     "compactness": "benchmarks.compactness_bench",
     "metrics": "benchmarks.metrics_bench",
     "compression": "benchmarks.compression_bench",

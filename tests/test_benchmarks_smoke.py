@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import compactness_bench, plots, timeline_bench
+from benchmarks import compactness_bench, offset_map_bench, plots, timeline_bench
 from benchmarks._harness import Result, Target
 from benchmarks.run import STORE_CASES, _last_json_line, _results_from
 
@@ -82,6 +82,18 @@ def test_compactness_bench_store_defaults_keep_a_long_running_store_compact(
     (row,) = payload["results"]
     assert row["status"] == "PASS", row
     assert row["baseline_value"] == 50  # Kafka defaults: every update replayed (50 per key)
+
+
+def test_offset_map_bench_reports_growth_and_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    assert offset_map_bench.main(["--tiny"]) == 0
+    payload = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {row["name"]: row for row in payload["results"]}
+    budget = rows["keys mapped per 4 MiB (16 B/slot, load factor 0.9)"]
+    assert budget["value"] == 235_929
+    assert budget["status"] == "PASS"
+    temporaries = rows["merge temporaries per staged record (traced, 4 MiB map filled)"]
+    assert temporaries["status"] == "PASS", temporaries  # tracemalloc: deterministic, not timed
+    assert any(name.startswith("growth:") for name in rows)
 
 
 def test_metrics_bench_runs_and_reports_its_target() -> None:

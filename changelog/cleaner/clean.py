@@ -26,7 +26,11 @@ records.  Its steps:
    become an empty segment, and empty segments merge with their neighbours
    in later passes.  A group in which nothing changes is not rewritten at
    all, unless it holds an empty segment next to others (Kafka rewrites
-   every group; we rewrite those so that empty segments merge away).  (Step 2's code is :mod:`changelog.cleaner.recopy`.)
+   every group; we rewrite those so that empty segments merge away).  A group
+   the map build proved unchanged (:class:`SegmentEvidence`: wholly mapped, no
+   record shadowed by a later put, no tombstone, keyless record, empty,
+   control or transactional batch) is not even read again; one with a
+   shadowed record is rewritten without a scan first.  (Step 2's code is :mod:`changelog.cleaner.recopy`.)
 3. **Swap** every rewritten group at once: one ``log.replace_segments``
    fsyncs the ``.cleaned`` segments, raises ``cleaner-swap-offset-checkpoint``
    to the end offset (durably, before anything is renamed: the holes the
@@ -113,6 +117,7 @@ __all__ = [
     "CleanerStats",
     "Compacted",
     "PassInput",
+    "SegmentEvidence",
     "SourceSegment",
     "build_offset_map",
     "clean",
@@ -132,6 +137,7 @@ _NEVER: Final = lambda: False  # noqa: E731 - the default abort check
 _MIN_RECORD_BYTES: Final = 7  # a record's smallest framing: seven one-byte varints
 _OFFSET: Final = itemgetter(0)  # of an (offset, key, value) entry
 _KEY: Final = itemgetter(1)
+_VALUE: Final = itemgetter(2)
 
 
 def _prefix(log: Any) -> str:
@@ -215,6 +221,31 @@ class SourceSegment:
     fd: int = -1
     """The descriptor ``reader`` owns (``-1`` when unknown): what a worker process is handed."""
     reader: Any = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.define(kw_only=True)
+class SegmentEvidence:
+    """What building the offset map saw of one source segment: enough to skip its recopy.
+
+    A segment lying wholly inside the mapped range ``[first dirty, end)`` was read
+    batch by batch while the map was built.  If no record of it was shadowed by a
+    later put (:meth:`~changelog.cleaner.offset_map.OffsetMap.watch_shadowed`) and it
+    holds nothing the filter treats specially (a tombstone, a record without a key, an
+    empty, control or transactional batch), the pass keeps every batch of it byte for
+    byte, so step 2 neither scans nor rewrites it.  If a record of it was shadowed,
+    step 2 rewrites it without scanning it first.  Owned by one pass.
+    """
+
+    records: int = 0
+    """Records in the batches read while mapping."""
+    bytes: int = 0
+    """Bytes of those batches."""
+    special: bool = False
+    """A batch the filter may change without a shadowing put (see above)."""
+    mapped: bool = False
+    """Every batch of the segment was read and mapped (set once the map is built)."""
+    shadowed: bool = False
+    """A later put shadowed one of its records: the pass removes that record."""
 
 
 def _aborted_tuples(rows: Any) -> tuple[tuple[int, int, int, int], ...]:
@@ -324,24 +355,63 @@ def build_offset_map(
     abort: Callable[[], bool],
     throttle: Callable[[int], None] | None,
     txn: CleanedTransactionMetadata | None = None,
+    evidence: list[SegmentEvidence] | None = None,
 ) -> int:
     """Map keys of ``[start, end)`` to their latest offsets; return the end offset of the map.
 
     With ``txn`` (the pass's aborted transactions), the records of aborted
     transactions are not mapped (Kafka's rule: an aborted record never
-    shadows a committed one); markers are followed, never mapped.
+    shadows a committed one); markers are followed, never mapped.  With
+    ``evidence`` (a list, filled with one :class:`SegmentEvidence` per source) the
+    map also notes what step 2 may skip.
 
     The returned offset is ``end`` when everything fitted, else one past the
     last offset mapped before the map filled (always ``> start`` when the
     range holds a keyed record: an empty map takes at least one key).
     """
     offset_map.clear()
-    for source in sources:
+    seen: list[SegmentEvidence] = []
+    if evidence is not None:
+        evidence[:] = seen = [SegmentEvidence() for _ in sources]
+        offset_map.watch_shadowed([source.base_offset for source in sources])
+    end = _map_sources(
+        sources,
+        start,
+        end,
+        offset_map,
+        seen=seen,
+        stats=stats,
+        abort=abort,
+        throttle=throttle,
+        txn=txn,
+    )
+    if evidence is not None:
+        for source, facts, shadowed in zip(sources, seen, offset_map.shadowed(), strict=True):
+            facts.mapped = source.base_offset >= start and source.next_base_offset <= end
+            facts.shadowed = shadowed
+    return end
+
+
+def _map_sources(
+    sources: Sequence[SourceSegment],
+    start: int,
+    end: int,
+    offset_map: OffsetMap,
+    *,
+    seen: list[SegmentEvidence],
+    stats: CleanerStats,
+    abort: Callable[[], bool],
+    throttle: Callable[[int], None] | None,
+    txn: CleanedTransactionMetadata | None,
+) -> int:
+    """The loop of :func:`build_offset_map` (``seen``: per-source evidence, or empty)."""
+    for index, source in enumerate(sources):
         if source.next_base_offset <= start:
             continue
         if source.base_offset >= end:
             break
         reader = source.reader
+        facts = seen[index] if seen else SegmentEvidence()
         for position, header, raw in reader.batches():
             if header.next_offset <= start:
                 continue
@@ -351,6 +421,10 @@ def build_offset_map(
             if throttle is not None:
                 throttle(len(raw))
             stats.map_bytes_read += len(raw)
+            facts.records += header.records_count
+            facts.bytes += len(raw)
+            if header.is_control or header.is_transactional or not header.records_count:
+                facts.special = True
             if header.is_control:
                 if txn is not None:
                     txn.on_control_batch(header, batch_marker(header, raw, reader.path, position))
@@ -364,6 +438,8 @@ def build_offset_map(
                 entries = [entry for entry in entries if start <= entry[0] < end]
             keys = list(map(_KEY, entries))
             offsets = list(map(_OFFSET, entries))
+            if not facts.special and (None in keys or None in map(_VALUE, entries)):
+                facts.special = True  # a record without a key, or a tombstone
             stats.map_records_read += len(entries)
             consumed = offset_map.put_batch(keys, offsets)
             if consumed < len(entries):
@@ -449,6 +525,7 @@ def compact(
         inputs.first_uncleanable_offset,
         inputs.due_reason,
     )
+    evidence: list[SegmentEvidence] = []
     end = build_offset_map(
         sources,
         inputs.first_dirty_offset,
@@ -458,7 +535,9 @@ def compact(
         abort=abort,
         throttle=throttle,
         txn=_txn_metadata(inputs),
+        evidence=evidence,
     )
+    known = {source.base_offset: facts for source, facts in zip(sources, evidence, strict=True)}
     stats.end_offset = end
     stats.buffer_utilization = offset_map.utilization
     stats.map_duration_s = time.monotonic() - started
@@ -484,12 +563,27 @@ def compact(
     try:
         for group in groups:
             readers = [source.reader for source in group]
-            before_scan = flt.txn.copy()
-            changed, group_pending, records, size = scan_group(
-                inputs.name, readers, flt, abort, throttle
-            )
             # An empty segment among others merges into them (Kafka rewrites every group).
             merges = len(group) > 1 and any(source.size_bytes == 0 for source in group)
+            facts = [known[source.base_offset] for source in group]
+            if not merges and all(f.mapped and not (f.special or f.shadowed) for f in facts):
+                # Proven while mapping: every batch stays byte for byte (SegmentEvidence).
+                stats.segments_untouched += len(group)
+                stats.segments_skipped += len(group)
+                records = sum(f.records for f in facts)
+                size = sum(f.bytes for f in facts)
+                stats.records_read += records
+                stats.records_kept += records
+                stats.bytes_read += size
+                stats.bytes_kept += size
+                continue
+            before_scan = flt.txn.copy()
+            if any(f.mapped and f.shadowed for f in facts):
+                changed, group_pending = True, None  # a record of it goes: no need to scan
+            else:
+                changed, group_pending, records, size = scan_group(
+                    inputs.name, readers, flt, abort, throttle
+                )
             if not changed and not merges:
                 stats.segments_untouched += len(group)
                 stats.records_read += records

@@ -21,26 +21,34 @@ bytes  array   dtype   meaning
 
 **Budget.** :data:`SLOT_BYTES` = 16: ``slots = memory_bytes // 16`` and the map
 accepts ``capacity = int(slots * load_factor)`` keys.  Everything the map ever
-allocates fits in ``memory_bytes``: the rows (``capacity`` of them) plus a
-*stage* of recent puts, plus the temporaries of merging the stage, all come out
-of the ``slots - capacity`` rows the load factor leaves free
-(:data:`WORK_BYTES_PER_STAGED` bytes of temporaries per staged record, measured
-with tracemalloc, see ``tests/changelog/test_offset_map.py``).  A 4 MiB buffer
-at the default load factor of 0.9 maps 235,929 keys per pass (the dict-based
-map before it budgeted 168 bytes and mapped 22,469; Kafka's 24-byte slots map
-157,286).  At load factor 1.0 there is no free row and the stage is one record:
-the map then exceeds its budget by at most one staged record's temporaries.
+allocates fits in ``memory_bytes``: the rows (``capacity`` of them) hold the
+sorted keys and, in the rows not filled yet, a *stage* of recent puts; the
+temporaries of merging the stage come out of the ``slots - capacity`` rows the
+load factor leaves free (:data:`WORK_BYTES_PER_STAGED` bytes per staged record;
+measured peak 33, see ``tests/changelog/cleaner/test_offset_map.py``).  A 4 MiB
+buffer at the default load factor of 0.9 maps 235,929 keys per pass (16 bytes a
+slot, 17.8 bytes a key counting the free slots; the dict-based map before it
+budgeted 168 bytes and mapped 22,469; Kafka's 24-byte slots map 157,286).  At
+load factor 1.0 there is no free row and the stage is one record: the map then
+exceeds its budget by at most one staged record's temporaries.
 
 **Operations, batch-shaped.** :meth:`OffsetMap.put_batch` computes the hashes of
 a batch in C-level loops (``map(hash, ...)``, ``map(crc32c, ...)`` into
 ``np.fromiter``) and appends them to the stage.  When the stage is full, or
 before any lookup, it is merged: stable sort, keep the last record of each
 key, ``searchsorted`` into the sorted rows, overwrite the deltas of known keys,
-and insert the new ones in place (rows move up in chunks from the top, so no
-copy of the whole map is ever made).  A merge costs O(stage log stage +
-rows); stages are sized to the free rows, so growing to millions of keys takes
-a few dozen merges.  Lookups (:meth:`OffsetMap.get_batch`) are one
-``searchsorted`` per batch plus an equality test of hash and tag.
+and insert the new ones in place: the rows are rewritten from the top in
+chunks, each chunk's old rows copied once and scattered with a boolean mask
+around the new rows that land in it (no copy of the whole map is ever made).
+A merge costs O(stage log stage + rows); the stage is ``free bytes / 44``
+records (3.6% of the slots at load factor 0.9), so filling the map to capacity
+takes about 25 merges whatever its size, and growth stays linear.  Filling 5M
+and 10M distinct keys (batches of 1,000, map sized for them) took 4.5 s and
+9.9 s of CPU, against 6.3-7.1 s and 15.2 s for the map before this layout of
+the merge (96 bytes of temporaries a staged record, 63 merges, rows moved by a
+fancy-indexed scatter); ``benchmarks/offset_map_bench.py``.  Lookups
+(:meth:`OffsetMap.get_batch`) are one ``searchsorted`` per batch plus an
+equality test of hash and tag.
 
 **Capacity rule** (Kafka's): the map takes new keys until it holds
 ``capacity``; the record whose key would be the (capacity+1)-th distinct key is
@@ -65,8 +73,10 @@ tag).
 Rejected designs: a ``dict`` of 96-bit ``int`` -> ``int`` (107-134 bytes per
 key, budgeted 168: a 4 MiB buffer took 45 passes over 1M records / 200k keys);
 open-addressed numpy arrays (probing at load 0.9 needs many vectorized rounds
-per batch); sorted arrays rebuilt on every merge (``np.insert`` copies the
-whole map each time: 32 bytes per key at peak and slow growth at 5M keys).
+per batch, and the free slots are then needed for probing, so no working space
+is left in the budget); sorted arrays rebuilt on every merge (``np.insert``
+copies the whole map each time: 32 bytes per key at peak and slow growth at 5M
+keys).
 
 Thread-safety: none.  A map belongs to one cleaning pass at a time; the
 caller (one cleaner worker) is its only user.
@@ -98,13 +108,13 @@ SLOT_BYTES: Final = 16
 """Memory budgeted per slot: 8 (hash) + 4 (tag) + 4 (offset delta); working space comes
 out of the slots the load factor leaves free."""
 
-WORK_BYTES_PER_STAGED: Final = 96
-"""Upper bound of a merge's temporaries per staged record (measured peak: see the tests)."""
+WORK_BYTES_PER_STAGED: Final = 44
+"""Upper bound of a merge's temporaries per staged record (measured peak 33: see the tests)."""
 
 _EMPTY: Final = -1
 _MIN_SLOTS: Final = 3
 _MAX_DELTA: Final = 2**32 - 2
-_SMALL_INSERT: Final = 16  # at most this many new keys: move rows with slices
+_MARK_CHUNK: Final = 4096  # shadowed offsets marked per step
 
 KeyHashes = tuple[Any, Any]
 """``(hashes, tags)``: the int64 SipHash and uint32 CRC-32C arrays of a batch of keys."""
@@ -119,25 +129,40 @@ def key_hashes(keys: Sequence[bytes]) -> KeyHashes:
     )
 
 
-def _unique_last(h: Any, t: Any, o: Any) -> tuple[Any, Any, Any]:
-    """Sort a batch by (hash, tag) and keep the last record of each key (batch order)."""
+def _unique_last(h: Any, t: Any, o: Any, mark: Any = None) -> list[Any]:
+    """Sort a batch by (hash, tag) and keep the last record of each key (batch order).
+
+    Returns new arrays (the inputs may be views of the stage, which a merge overwrites).
+    ``mark(deltas)``, when given, is called with the deltas of the records dropped (a
+    later record of the same key shadows them).
+    Temporaries, per record: the order (8 bytes), the sorted hashes and tags (12), two or
+    three boolean masks, and the kept rows (16).
+    """
     if len(h) <= 1:
-        return h, t, o
+        return [h.copy(), t.copy(), o.copy()]
     order = np.argsort(h, kind="stable")
     hs = h[order]
     same_h = hs[1:] == hs[:-1]
-    if same_h.any():
-        ts = t[order]
-        if (same_h & (ts[1:] != ts[:-1])).any():  # equal SipHash, different keys: rare
-            order = np.lexsort((t, h))  # stable: batch order within a key
-            hs, ts = h[order], t[order]
-            same_h = hs[1:] == hs[:-1]
-        keep = np.ones(len(hs), dtype=bool)
-        keep[:-1] = ~(same_h & (ts[1:] == ts[:-1]))  # the last of each run of equal keys
+    if not same_h.any():
         del same_h
-        order = order[keep]
-        return hs[keep], ts[keep], o[order]
-    return hs, t[order], o[order]
+        return [hs, t[order], o[order]]
+    ts = t[order]
+    if (same_h & (ts[1:] != ts[:-1])).any():  # equal SipHash, different keys: rare
+        del order, hs, ts, same_h
+        order = np.lexsort((t, h))  # stable: batch order within a key
+        hs, ts = h[order], t[order]
+        same_h = hs[1:] == hs[:-1]
+    keep = np.ones(len(hs), dtype=bool)
+    same_h &= ts[1:] == ts[:-1]
+    keep[:-1] = ~same_h  # the last of each run of equal keys
+    del same_h
+    if mark is not None:
+        mark(o[order[~keep]])
+    order = order[keep]
+    hs = hs[keep]
+    ts = ts[keep]
+    del keep
+    return [hs, ts, o[order]]
 
 
 class OffsetMap:
@@ -160,11 +185,13 @@ class OffsetMap:
 
     __slots__ = (
         "_base",
+        "_bounds",
         "_capacity",
         "_deltas",
         "_hashes",
         "_latest_offset",
         "_rows",
+        "_shadowed",
         "_size",
         "_slots",
         "_stage_max",
@@ -191,7 +218,9 @@ class OffsetMap:
         self._slots = slots
         self._capacity = capacity
         free_bytes = (slots - capacity) * SLOT_BYTES
-        self._stage_max = max(1, free_bytes // (SLOT_BYTES + WORK_BYTES_PER_STAGED))
+        # the stage lives in rows the map has not filled (size + staged <= capacity): the free
+        # rows pay only for the merge's temporaries
+        self._stage_max = max(1, free_bytes // WORK_BYTES_PER_STAGED)
         self._rows = capacity  # the stage lives in rows [size, capacity)
         self._hashes = np.empty(self._rows, dtype=np.int64)
         self._tags = np.empty(self._rows, dtype=np.uint32)
@@ -200,6 +229,8 @@ class OffsetMap:
         self._staged = 0
         self._base = -1
         self._latest_offset = -1
+        self._bounds: Any = None
+        self._shadowed: Any = None
         self.lookups = 0
         """Number of keys looked up or inserted since :meth:`clear` (statistics)."""
 
@@ -251,12 +282,47 @@ class OffsetMap:
         self._latest_offset = max(self._latest_offset, offset)
 
     def clear(self) -> None:
-        """Empty the map (its arrays are kept for the next pass)."""
+        """Empty the map (its arrays are kept for the next pass); stop watching for shadows."""
         self._size = 0
         self._staged = 0
         self._base = -1
         self._latest_offset = -1
+        self._bounds = None
+        self._shadowed = None
         self.lookups = 0
+
+    def watch_shadowed(self, base_offsets: Sequence[int]) -> None:
+        """From now on, note which offset ranges hold a record that a later put shadows.
+
+        ``base_offsets`` (increasing) split the offsets into ranges ``[base_offsets[i],
+        base_offsets[i+1])``, the last one open (a log's segments).  Whenever a put
+        replaces the offset stored for a key, or a batch holds a key twice, the range
+        of the replaced offset is marked: some record there is no longer the latest of
+        its key.  :meth:`shadowed` reads the marks; :meth:`clear` stops watching.  The
+        cleaner uses it to prove, without reading a segment again, that a pass removes
+        nothing from it.
+        """
+        self._merge_stage()  # puts before the watch are not watched
+        self._bounds = np.asarray(base_offsets, dtype=np.int64)
+        self._shadowed = np.zeros(len(self._bounds), dtype=bool)
+
+    def shadowed(self) -> list[bool]:
+        """Per range of :meth:`watch_shadowed`: whether a put shadowed a record in it."""
+        if self._shadowed is None:
+            raise ValueError("watch_shadowed() was not called since the last clear()")
+        self._merge_stage()
+        marks: list[bool] = self._shadowed.tolist()
+        return marks
+
+    def _mark(self, deltas: Any) -> None:
+        """Mark the ranges of the shadowed offsets ``base + deltas`` (in chunks: bounded temporaries)."""
+        bounds = self._bounds
+        for first in range(0, len(deltas), _MARK_CHUNK):
+            offsets = deltas[first : first + _MARK_CHUNK].astype(np.int64)
+            offsets += self._base
+            index = np.searchsorted(bounds, offsets, side="right")
+            index -= 1
+            self._shadowed[index[index >= 0]] = True
 
     # ------------------------------------------------------------ operations
 
@@ -323,8 +389,8 @@ class OffsetMap:
     def _put_piece(self, keys: Sequence[bytes], offsets: Sequence[int]) -> int:
         """Put at most ``stage_records`` keyed records: stage them, or merge exactly at the limit."""
         n = len(keys)
-        if self._staged + n > self._stage_max:
-            self._merge_stage()
+        if self._staged + n > self._stage_max or self._size + self._staged + n > self._capacity:
+            self._merge_stage()  # before this piece's arrays exist: they would add to the peak
         h, t = key_hashes(keys)
         o = np.asarray(offsets, dtype=np.int64)
         o -= self._base
@@ -337,10 +403,11 @@ class OffsetMap:
             self._deltas[start : start + n] = deltas
             self._staged += n
             return n
-        self._merge_stage()
         consumed = self._cut_at_capacity(h, t)
         if consumed:
-            self._merge(*_unique_last(h[:consumed], t[:consumed], deltas[:consumed]))
+            rows = _unique_last(h[:consumed], t[:consumed], deltas[:consumed], self._marker())
+            del h, t, deltas
+            self._merge(rows)
         return consumed
 
     def _cut_at_capacity(self, h: Any, t: Any) -> int:
@@ -360,11 +427,14 @@ class OffsetMap:
         if not self._staged:
             return
         start, end = self._size, self._size + self._staged
-        h = self._hashes[start:end].copy()
-        t = self._tags[start:end].copy()
-        o = self._deltas[start:end].copy()
         self._staged = 0
-        self._merge(*_unique_last(h, t, o))
+        rows = _unique_last(
+            self._hashes[start:end], self._tags[start:end], self._deltas[start:end], self._marker()
+        )
+        self._merge(rows)
+
+    def _marker(self) -> Any:
+        return self._mark if self._bounds is not None else None
 
     def _find(self, h: Any, t: Any) -> tuple[Any, Any]:
         """``(row, found)`` of each (hash, tag): the row where it is, or where it would go."""
@@ -373,10 +443,14 @@ class OffsetMap:
         pos = np.searchsorted(hashes, h)
         if not size:
             return pos, np.zeros(len(h), dtype=bool)
-        at = np.minimum(pos, size - 1)
-        same_h = (pos < size) & (hashes[at] == h)
-        found = same_h & (self._tags[at] == t)
+        at_hash = hashes.take(pos, mode="clip")
+        same_h = at_hash == h
+        del at_hash
+        same_h &= pos < size
+        found = self._tags[:size].take(pos, mode="clip") == t
+        found &= same_h
         odd = np.flatnonzero(same_h & ~found)
+        del same_h
         if len(odd):  # equal SipHash, another tag: walk the run of equal hashes (rare)
             tags = self._tags
             for i in odd.tolist():
@@ -387,49 +461,66 @@ class OffsetMap:
                 found[i] = row < size and hashes[row] == h[i] and tags[row] == t[i]
         return pos, found
 
-    def _merge(self, h: Any, t: Any, o: Any) -> None:
-        """Merge sorted unique (hash, tag, delta) rows: overwrite known keys, insert new ones."""
+    def _merge(self, rows: list[Any]) -> None:
+        """Merge sorted unique (hash, tag, delta) rows: overwrite known keys, insert new ones.
+
+        ``rows`` is ``[hashes, tags, deltas]``; the list is emptied, so that each array is
+        freed as soon as its new rows are taken (the peak stays within the stage's budget).
+        """
+        h, t, o = rows
+        rows.clear()
         pos, found = self._find(h, t)
         if found.any():
-            self._deltas[pos[found]] = o[found]
+            rows_found = pos[found]
+            if self._bounds is not None:
+                self._mark(self._deltas[rows_found])
+            self._deltas[rows_found] = o[found]
+            del rows_found
         new = ~found
         del found
         j = int(new.sum())
         if not j:
             return
         npos = pos[new]
-        nh, nt, no = h[new], t[new], o[new]
-        del pos, new
+        del pos
+        nh = h[new]
+        del h
+        nt = t[new]
+        del t
+        no = o[new]
+        del o, new
         size = self._size
         assert size + j <= self._rows  # the stage rules keep it so
-        arrays = (self._hashes, self._tags, self._deltas)
-        first = int(npos[0])
-        if j <= _SMALL_INSERT:
-            bounds = [*npos.tolist(), size]
-            for q in range(j - 1, -1, -1):  # rows [bounds[q], bounds[q+1]) move up by q+1
-                lo, hi = bounds[q], bounds[q + 1]
-                if hi > lo:
-                    for array in arrays:
-                        array[lo + q + 1 : hi + q + 1] = array[lo:hi]
-        else:
-            chunk = max(2 * self._stage_max, 1024)
-            hi = size
-            while hi > first:  # from the top, so no row is overwritten before it moves
-                lo = max(first, hi - chunk)
-                # row i moves up by the number of new keys inserted at or below it
-                a, b = np.searchsorted(npos, (lo, hi - 1), side="right").tolist()
-                steps = np.bincount(npos[a:b] - lo, minlength=hi - lo)
-                dest = np.cumsum(steps)
-                del steps
-                dest += np.arange(lo + a, hi + a)
-                for array in arrays:
-                    array[dest] = array[lo:hi]
-                del dest
-                hi = lo
-        final = npos + np.arange(j)
-        self._hashes[final] = nh
-        self._tags[final] = nt
-        self._deltas[final] = no
+        final = npos
+        final += np.arange(j)  # where each new row ends up
+        del npos
+        arrays: tuple[Any, ...] = (self._hashes, self._tags, self._deltas)
+        news: tuple[Any, ...] = (nh, nt, no)
+        first = int(final[0])
+        chunk = max(self._stage_max // 2, 256)
+        hi = size + j
+        b = j
+        while (
+            hi > first
+        ):  # output rows [lo, hi), from the top: no row is overwritten before it moves
+            lo = max(first, hi - chunk)
+            a = int(np.searchsorted(final, lo))
+            # output row p holds old row p - (new rows below p): the old rows of the chunk
+            # are the contiguous run [lo - a, hi - b)
+            if b - a == hi - lo:  # only new rows
+                for array, values in zip(arrays, news, strict=True):
+                    array[lo:hi] = values[a:b]
+            else:
+                keep = np.ones(hi - lo, dtype=bool)
+                keep[final[a:b] - lo] = False
+                for array, values in zip(arrays, news, strict=True):
+                    moved = array[lo - a : hi - b].copy()  # the source overlaps the target
+                    region = array[lo:hi]
+                    region[keep] = moved
+                    del moved
+                    region[~keep] = values[a:b]
+                del keep
+            hi, b = lo, a
         self._size = size + j
 
     def get_batch(self, keys: Sequence[bytes | None]) -> list[int]:

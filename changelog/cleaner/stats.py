@@ -41,6 +41,9 @@ class CleanerStats:
     invalid_records: int = 0
     segments_rewritten: int = 0
     segments_untouched: int = 0
+    segments_skipped: int = 0
+    """Of ``segments_untouched``, those not even read in step 2: the offset map proved them
+    unchanged (``changelog.cleaner.clean.SegmentEvidence``)."""
     groups_swapped: int = 0
     buffer_utilization: float = 0.0
     pending_delete_horizon_ms: int | None = None
