@@ -354,6 +354,9 @@ def case_get_range(sz: BenchSizes, reps: int, *, do_get: bool, do_range: bool) -
     for _ in range(sz.range_scans):
         i = rng.randrange(n - span)
         bounds.append((sorted_keys[i], sorted_keys[i + span]))
+    # prefix scans: b"user:" + 10 of the 12 digits, i.e. 100 keys each (the keys are dense)
+    prefixes = [b"user:%010d" % rng.randrange(n // 100) for _ in range(sz.range_scans)]
+    prefix_bounds = [(p, p[:-1] + bytes([p[-1] + 1])) for p in prefixes]
     have_quix = baselines.quix_available()
     g_ss: list[Timing] = []
     g_raw: list[Timing] = []
@@ -362,6 +365,8 @@ def case_get_range(sz: BenchSizes, reps: int, *, do_get: bool, do_range: bool) -
     g_many: list[Timing] = []
     r_ss: list[Timing] = []
     r_raw: list[Timing] = []
+    p_ss: list[Timing] = []
+    p_raw: list[Timing] = []
     with scratch_dir("get") as d:
         baselines.raw_put(
             d / "raw",
@@ -409,6 +414,17 @@ def case_get_range(sz: BenchSizes, reps: int, *, do_get: bool, do_range: bool) -
                                 if got != span:
                                     raise AssertionError(f"range returned {got}, expected {span}")
                         r_raw.append(baselines.raw_range(db, bounds))
+                        prefix_scan = store.prefix_scan
+                        with timed_both(p_ss):
+                            for p in prefixes:
+                                got = 0
+                                for _kv in prefix_scan(p):
+                                    got += 1
+                                if got != 100:
+                                    raise AssertionError(
+                                        f"prefix scan returned {got}, expected 100"
+                                    )
+                        p_raw.append(baselines.raw_range(db, prefix_bounds))
             finally:
                 db.close()
                 if part is not None:
@@ -466,6 +482,18 @@ def case_get_range(sz: BenchSizes, reps: int, *, do_get: bool, do_range: bool) -
                 r_ss,
                 "raw iterate + unpackb",
                 r_raw,
+                Target("ratio>=", 0.8),
+                note="same options and block cache",
+            )
+        )
+        out.append(
+            rate_result(
+                "prefix scan (100 keys each)",
+                len(prefixes) * 100,
+                "items/s",
+                p_ss,
+                "raw iterate to the prefix's upper bound + unpackb",
+                p_raw,
                 Target("ratio>=", 0.8),
                 note="same options and block cache",
             )

@@ -24,6 +24,7 @@ from changelog.errors import (
     LogStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    RepairRefusedError,
     UnsupportedFormatError,
 )
 from changelog.log import AppendInfo, Log
@@ -56,6 +57,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "Record",
     "RecordTooLargeError",
+    "RepairRefusedError",
     "UnsupportedFormatError",
     "clean_log",
 ]

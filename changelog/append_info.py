@@ -25,6 +25,11 @@ class AppendInfo:
     segment_base_offset: int
     """Base offset of the segment that holds it."""
     flushed: bool
-    """Whether the append was fsynced before returning (the flush policy decides)."""
+    """Whether the append was durable before returning (the flush policy decides; ``False``
+    with ``defer_flush``)."""
     flush_time_s: float = 0.0
-    """Wall time of that fsync in seconds (0.0 when not flushed; Kafka's ``LogFlushRateAndTimeMs``)."""
+    """Wall time waited for that durability in seconds: this append's fsync or the shared one
+    of a group commit (0.0 when not flushed; Kafka's ``LogFlushRateAndTimeMs``)."""
+    flush_due: bool = False
+    """Whether the flush policy wants this append fsynced (with ``defer_flush`` the caller
+    then calls :meth:`Log.sync_to <changelog.Log.sync_to>` before acknowledging)."""

@@ -22,6 +22,7 @@ The tree::
     │       └── CheckpointMismatchError  a checkpoint that parses but disagrees with the segments
     ├── UnsupportedFormatError      valid Kafka data we do not read (old magic, compression)
     ├── LogStorageError             an OS-level failure (disk full, EIO) wrapping the OSError
+    ├── RepairRefusedError          an operator remedy (changelog.repair) that would do harm or nothing
     └── CleanerAbortedError         a cleaning pass was aborted (close, truncation)
 
 Every error carries structured fields (``path``, ``position``, ``expected``,
@@ -53,6 +54,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "ProducerFencedError",
     "RecordTooLargeError",
+    "RepairRefusedError",
     "UnsupportedFormatError",
 ]
 
@@ -258,3 +260,18 @@ class InvalidCheckpointEntryError(ChangelogError, ValueError):
 
 class CleanerAbortedError(ChangelogError):
     """A cleaning pass was aborted before its swap (close, truncation, shutdown)."""
+
+
+class RepairRefusedError(ChangelogError):
+    """An operator remedy (:mod:`changelog.repair`) refuses, having changed nothing.
+
+    ``path`` names the file or directory, ``offset`` the offset concerned (if
+    any) and ``reason`` says why and what to do instead (for example the offset
+    a truncation could use).
+    """
+
+    def __init__(self, path: Path, reason: str, *, offset: int | None = None) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+        self.offset = offset

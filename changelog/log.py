@@ -8,15 +8,15 @@ Crash protocols (the loader pass that finishes or undoes each step is in
 brackets; ``docs/recovery.md`` tells the whole story):
 
 * append: A1 write the batch with one ``write`` [L8 cuts a torn tail];
-  A2 fsync the ``.log`` when the flush policy says so.  A transactional
+  A2 fsync the ``.log`` when the flush policy says so, by group commit
+  (:mod:`changelog.group_commit`): after ``lock`` is released, one fsync by
+  a leader covers every batch appended before it started.  A transactional
   batch (:meth:`Log.append_transactional`) is an append like any other; it
   opens its producer's transaction in the producer state [L10 rebuilds it].
 * marker (:meth:`Log.append_marker`): M1 write the control batch with one
   ``write`` [L8 cuts a torn tail]; M2 an ABORT of a transaction with data
   appends its entry to the active segment's ``.txnindex`` (not fsynced) [L10
-  rebuilds every ``.txnindex`` from the batches]; then A2 (left to the next
-  append or flush with ``defer_flush``: the local transaction coordinator
-  redoes a lost COMMIT marker from its own log).
+  rebuilds every ``.txnindex`` from the batches]; then A2.
 * roll: R1 flush the old active segment (``.log`` and indexes);
   R2 create the new segment's files [L7 loads them, empty]; R3 fsync the
   directory; R4 write the recovery-point checkpoint.
@@ -47,7 +47,9 @@ Thread-safety: ``Log`` is thread-safe.  ``Log.lock`` (an ``RLock``) guards the
 segment list, the active segment, the log start/end offsets, the recovery
 point and the flush bookkeeping.  Appends, rolls, truncation, retention and
 the cleaner's swap take it; readers take it only to snapshot the segment list
-(pinning each segment's descriptor) and then read without it.  The cleaner
+(pinning each segment's descriptor) and then read without it.  The fsync of
+an append (A2, :meth:`Log.sync_to`) runs *without* it, through a pinned
+descriptor, so other threads append while it runs and share the next one.  The cleaner
 reads segments through readers and holds the lock only in
 :meth:`Log.replace_segments`.
 """
@@ -65,6 +67,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+import attrs
+
 from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
@@ -79,6 +83,7 @@ from changelog.errors import (
 from changelog.fs import files
 from changelog.fs.checkpoint import LEADER_EPOCH_CHECKPOINT, read_leader_epochs
 from changelog.fs.lock import DirectoryLock
+from changelog.group_commit import GroupCommit
 from changelog.isolation import READ_COMMITTED, IsolationLevel, check_isolation, committed_batches
 from changelog.loader import LoadedLog
 from changelog.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
@@ -194,6 +199,13 @@ class Log:
             config=config,
             clock=clock,
             prefix=self._prefix,
+        )
+        self._truncations = 0  # bumped by truncate_to: a flush that raced one claims nothing
+        self._group = GroupCommit(
+            durable_offset=self._durable_offset,
+            flush=self._flush_for_group,
+            check=self._check_sync,
+            label=self._prefix,
         )
 
     # ----------------------------------------------------------------- opening
@@ -354,6 +366,7 @@ class Log:
         timestamp_ms: int | None = None,
         *,
         headers: Sequence[Headers] | None = None,
+        defer_flush: bool = False,
     ) -> AppendInfo:
         """Append ``records`` (``(key, value)`` pairs; ``None`` value = tombstone) as one batch.
 
@@ -368,7 +381,13 @@ class Log:
         and a batch over ``max_message_bytes`` raises
         :class:`~changelog.errors.RecordTooLargeError`; in both cases nothing is
         written.  Rolls first if the active segment is due.  With the default
-        flush policy the batch is fsynced before this returns.
+        flush policy the batch is fsynced before this returns (by group
+        commit: the fsync may be another thread's, :meth:`sync_to`).  With
+        ``defer_flush`` it returns without waiting; ``AppendInfo.flush_due``
+        then says whether the policy wants it fsynced, which the caller does
+        with :meth:`sync_to` before acknowledging (a transaction's data round
+        syncs its logs together, :func:`~changelog.group_commit.sync_logs`),
+        or else the next append (or flush) of this log does.
         """
         self._check_open()
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
@@ -381,8 +400,7 @@ class Log:
         with self.lock:
             self._check_open()
             info = self._append_locked(batch, len(records), stamp)
-        self._observe(info)
-        return info
+        return self._finish_append(info, defer_flush=defer_flush)
 
     def append_transactional(
         self,
@@ -392,6 +410,7 @@ class Log:
         producer_epoch: int,
         timestamp_ms: int | None = None,
         headers: Sequence[Headers] | None = None,
+        defer_flush: bool = False,
     ) -> AppendInfo:
         """Append ``records`` as one transactional batch of ``producer_id`` (attribute bit 4).
 
@@ -423,8 +442,7 @@ class Log:
             )
             self._check_batch(records, batch)
             info = self._append_locked(batch, len(records), stamp, producer_state=True)
-        self._observe(info)
-        return info
+        return self._finish_append(info, defer_flush=defer_flush)
 
     def append_marker(
         self,
@@ -442,10 +460,8 @@ class Log:
         same (an empty transaction, as Kafka's coordinator may write one).  An
         epoch below the producer's latest raises
         :class:`~changelog.errors.ProducerFencedError`.  Durable under the
-        flush policy like any append, unless ``defer_flush``: then A2 is left
-        to the next append or flush of this log (a coordinator whose decision
-        is durable elsewhere can redo a lost marker; :attr:`recovery_point`
-        says when it is on disk).
+        flush policy like any append (``defer_flush`` as in :meth:`append`: a
+        coordinator whose decision is durable elsewhere can redo a lost marker).
         """
         self._check_open()
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
@@ -462,11 +478,8 @@ class Log:
                     timestamp_ms=stamp,
                 )
             )
-            info = self._append_locked(
-                batch, 1, stamp, producer_state=True, defer_flush=defer_flush
-            )
-        self._observe(info)
-        return info
+            info = self._append_locked(batch, 1, stamp, producer_state=True)
+        return self._finish_append(info, defer_flush=defer_flush)
 
     def producer_epoch(self, producer_id: int) -> int | None:
         """The latest epoch of ``producer_id`` in this partition (``None``: never seen)."""
@@ -474,10 +487,16 @@ class Log:
             entry = self._producers.entry(producer_id)
             return None if entry is None else entry.epoch
 
-    def _observe(self, info: AppendInfo) -> None:
+    def _finish_append(self, info: AppendInfo, *, defer_flush: bool) -> AppendInfo:
+        """A2 outside ``lock``: wait for the group commit when the policy wants it."""
+        if info.flush_due and not defer_flush:
+            started = time.perf_counter()
+            self._group.sync_to(info.last_offset + 1)
+            info = attrs.evolve(info, flushed=True, flush_time_s=time.perf_counter() - started)
         observer = self.append_observer
         if observer is not None:
             observer(info)
+        return info
 
     def _check_batch(
         self, records: Sequence[tuple[bytes | None, bytes | None]], batch: bytearray
@@ -494,13 +513,7 @@ class Log:
             raise ProducerFencedError(producer_id, producer_epoch, entry.epoch)
 
     def _append_locked(
-        self,
-        batch: bytearray,
-        count: int,
-        stamp: int,
-        *,
-        producer_state: bool = False,
-        defer_flush: bool = False,
+        self, batch: bytearray, count: int, stamp: int, *, producer_state: bool = False
     ) -> AppendInfo:
         """A1-A2 (and M1-M2 for a marker) under ``lock``; ``batch`` is encoded at base offset 0."""
         size = len(batch)
@@ -509,8 +522,6 @@ class Log:
         _BASE_OFFSET.pack_into(batch, 0, first)
         _LEADER_EPOCH.pack_into(batch, _LEADER_EPOCH_POSITION, self._leader_epoch)
         segment = self._segments.active
-        flushed = False
-        flush_time_s = 0.0
         with self._fatal_on_storage_error():
             if segment.should_roll(
                 messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
@@ -520,20 +531,14 @@ class Log:
             self._log_end_offset = last + 1
             if producer_state:
                 self._update_producer_state(segment, bytes(batch))
-            if self._rp.appended(count) and not defer_flush:
-                started = time.perf_counter()
-                segment.flush_log()  # A2
-                flush_time_s = time.perf_counter() - started
-                self._rp.flushed(self._log_end_offset)
-                flushed = True
         return AppendInfo(
             first_offset=first,
             last_offset=last,
             timestamp_ms=stamp,
             size_bytes=size,
             segment_base_offset=segment.base_offset,
-            flushed=flushed,
-            flush_time_s=flush_time_s,
+            flushed=False,
+            flush_due=self._rp.appended(count),  # A2 follows in _finish_append, unlocked
         )
 
     def _update_producer_state(self, segment: LogSegment, batch: bytes) -> None:
@@ -573,6 +578,59 @@ class Log:
             with self._fatal_on_storage_error():
                 self._segments.active.flush()
                 self._rp.flushed(self._log_end_offset)
+
+    def sync_to(self, offset: int) -> bool:
+        """Return once every offset below ``offset`` is fsynced (A2 by group commit).
+
+        Whatever the flush policy says: an explicit request.  Threads share
+        the fsync (:class:`~changelog.group_commit.GroupCommit`): a caller
+        already covered returns at once, one covered by a flush in progress
+        waits for it, and otherwise it fsyncs the ``.log`` (without ``lock``)
+        for itself and every batch appended so far.  Returns whether this
+        call ran the fsync.  An offset above the log end offset raises
+        :class:`~changelog.errors.OffsetOutOfRangeError`; a failed fsync
+        fails the log (its leader gets the ``LogStorageError``, everybody
+        else :class:`~changelog.errors.LogFailedError`) and acknowledges
+        nobody.  Thread-safe.
+        """
+        return self._group.sync_to(offset)
+
+    @property
+    def group_commit(self) -> GroupCommit:
+        """The log's group commit (its counters show how many fsyncs were shared)."""
+        return self._group
+
+    def _durable_offset(self) -> int:
+        return self._rp.offset
+
+    def _check_sync(self, offset: int) -> None:
+        self._check_open()
+        if offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, self._log_end_offset)
+
+    def _flush_for_group(self, force: bool) -> None:
+        """The leader's fsync (A2): pin the active ``.log`` under ``lock``, fsync it without.
+
+        Everything below the active segment's base offset was fsynced by its
+        roll (R1); so one fsync of the active ``.log`` covers the log end
+        offset read here.  A truncation meanwhile (``_truncations``) or a
+        failure of the log (another step failed it) claims nothing.
+        """
+        with self.lock:
+            self._check_open()
+            end = self._log_end_offset
+            if self._rp.offset >= end and not force:
+                return
+            segment = self._segments.active
+            fd = segment.pin_log()
+            truncations = self._truncations
+            self._rp.flushing()
+        with self._fatal_on_storage_error():
+            segment.flush_pinned(fd)  # A2
+        with self.lock:
+            self._check_open()
+            if truncations == self._truncations:
+                self._rp.synced_to(min(end, self._log_end_offset))
 
     # ----------------------------------------------------------------- reading
 
@@ -692,6 +750,7 @@ class Log:
                 return offset
             with self._fatal_on_storage_error():
                 floor = self._segments.bases[self._segments.floor(offset)]
+                self._truncations += 1
                 self._rp.truncating(floor)  # T0
                 self._log_end_offset = self._segments.truncate_to(offset)  # T1, T2
                 self._rp.truncated(self._log_end_offset)  # T3

@@ -72,6 +72,16 @@ class RecoveryPoint:
         self._last_flush_ms = self._clock()
         self.offset = log_end_offset
 
+    def flushing(self) -> None:
+        """A2 starts: a group-commit leader will fsync every record counted so far."""
+        self.unflushed_records = 0
+        self._last_flush_ms = self._clock()
+
+    def synced_to(self, offset: int) -> None:
+        """A2 done: everything below ``offset`` was fsynced (by a leader, without ``Log.lock``
+        while it ran; records appended meanwhile stay counted)."""
+        self.offset = max(self.offset, offset)
+
     def rolled(self, base_offset: int) -> None:
         """R4: the old segment was flushed and a new one starts at ``base_offset``."""
         self.flushed(base_offset)

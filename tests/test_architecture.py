@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "changelog.log_reader": 5,
     "changelog.replace": 5,
     "changelog.recovery_point": 5,
+    "changelog.group_commit": 5,
     "changelog.producer_state": 5,
     "changelog.isolation": 5,
     "changelog.load_plan": 5,
@@ -40,6 +41,7 @@ LAYERS: dict[str, int] = {
     "changelog.log_dir": 5,
     "changelog.log": 5,
     "changelog.cleaner": 6,
+    "changelog.repair": 6,
     "changelog": 7,
     # statestore: base -> the store stack, inside out -> manager -> tools -> public API
     "statestore.errors": 10,

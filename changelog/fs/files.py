@@ -45,6 +45,7 @@ __all__ = [
     "SimulatedCrash",
     "atomic_write",
     "delete_file",
+    "delete_tree",
     "fault_point",
     "fsync_dir",
     "fsync_fd",
@@ -250,3 +251,31 @@ def delete_file(path: Path, step: str = "delete", *, missing_ok: bool = True) ->
     except OSError as exc:
         raise _storage_error(path, step, exc) from exc
     return True
+
+
+def delete_tree(directory: Path, step: str = "delete_tree") -> None:
+    """Delete ``directory`` and everything below it, deepest first, then fsync its parent.
+
+    Every file deletion and directory removal is a fault point (``step``), so
+    a crash can stop it anywhere: callers rename the tree to a name nobody
+    reads first (``<name>.deleted``), so a half-deleted tree is never used.
+    A missing ``directory`` is nothing to do.
+    """
+    if not directory.exists():
+        return
+    for root, dirs, names in os.walk(directory, topdown=False):
+        for name in names:
+            delete_file(Path(root) / name, f"{step}.delete")
+        for name in dirs:
+            path = Path(root) / name
+            try:
+                fault_point(f"{step}.rmdir", path)
+                path.rmdir()
+            except OSError as exc:
+                raise _storage_error(path, f"{step}.rmdir", exc) from exc
+    try:
+        fault_point(f"{step}.rmdir", directory)
+        directory.rmdir()
+    except OSError as exc:
+        raise _storage_error(directory, f"{step}.rmdir", exc) from exc
+    fsync_dir(directory.parent, f"{step}.fsync_parent")

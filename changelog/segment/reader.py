@@ -105,8 +105,16 @@ class SharedLogFile:
             self._pins += 1
         return SegmentReader(fd, self.path, base_offset, end_position, self.unpin)
 
+    def pin(self) -> int:
+        """Pin the descriptor for the caller's own use (an fsync without ``Log.lock``);
+        :meth:`unpin` when done.  :class:`LogClosedError` once closed."""
+        with self._lock:
+            fd = self.require()
+            self._pins += 1
+        return fd
+
     def unpin(self) -> None:
-        """A reader is done (see :meth:`open_reader`); the last one after :meth:`close` closes it."""
+        """A reader (or a :meth:`pin`) is done; the last one after :meth:`close` closes it."""
         with self._lock:
             self._pins -= 1
             fd = None

@@ -522,6 +522,22 @@ class LogSegment:
         """fsync the ``.log`` only (the append path: indexes are rebuilt after a crash)."""
         files.fsync_fd(self._file.require(), self.log_path, "segment.flush")
 
+    def pin_log(self) -> int:
+        """Pin the ``.log`` descriptor for :meth:`flush_pinned` (call under ``Log.lock``)."""
+        return self._file.pin()
+
+    def flush_pinned(self, fd: int) -> None:
+        """fsync the ``.log`` through ``fd`` from :meth:`pin_log`, then unpin it.
+
+        The one method of a segment called without ``Log.lock`` (the group
+        commit's fsync, :mod:`changelog.group_commit`): the pin keeps the
+        descriptor open if the segment is closed, rolled or replaced meanwhile.
+        """
+        try:
+            files.fsync_fd(fd, self.log_path, "segment.flush")
+        finally:
+            self._file.unpin()
+
     def close(self) -> None:
         """Close the files; open readers keep the ``.log`` descriptor until they close. Idempotent."""
         if self._file.closed:

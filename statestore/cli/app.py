@@ -218,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_formats(scan)
     scan.add_argument("--json", action="store_true", help="machine-readable output")
     scan.set_defaults(func=store_commands.cmd_scan)
+
+    from statestore.cli.repair import add_repair_parser  # noqa: PLC0415
+
+    add_repair_parser(sub)
     return parser
 
 

@@ -297,7 +297,16 @@ class RocksDBEngine:
 
         Bounds are applied with ``itertools`` on the iterator rather than with
         RocksDB's ``iterate_upper_bound``: rocksdict does not keep the bound's
-        bytes alive, and a freed bound silently cuts a scan short.
+        bytes alive (0.3.29's ``ReadOptionsPy.to_read_opt`` hands RocksDB a
+        pointer into a buffer it frees right after), and a freed bound silently
+        cuts a scan short.
+
+        The bound test runs in C, with no Python call per entry: an entry
+        ``(key, value)`` compares with the one-element tuple ``(hi,)`` by
+        ``key`` first, and when ``key == hi`` the longer tuple is the greater,
+        so ``(hi,) > entry`` holds exactly when ``key < hi`` and
+        ``(lo,) <= entry`` exactly when ``key >= lo``.  (A ``lambda`` per entry
+        cost ~80 ns, a tenth of a 100-key scan's time per entry; issue 18.)
         """
         self._check_open("iterate")
         with _EngineErrors(self._path, "iterate"):
@@ -307,12 +316,12 @@ class RocksDBEngine:
                 source = self._db.items(from_key=lo)
         entries: Iterator[tuple[bytes, bytes]] = iter(source)
         if reverse:
-            if hi is not None:  # the seek lands on the last key <= hi
-                entries = itertools.dropwhile(lambda entry: entry[0] >= hi, entries)
-            if lo is not None:
-                entries = itertools.takewhile(lambda entry: entry[0] >= lo, entries)
-        elif hi is not None:
-            entries = itertools.takewhile(lambda entry: entry[0] < hi, entries)
+            if hi is not None:  # the seek lands on the last key <= hi: drop key >= hi
+                entries = itertools.dropwhile((hi,).__le__, entries)
+            if lo is not None:  # keep key >= lo
+                entries = itertools.takewhile((lo,).__le__, entries)
+        elif hi is not None:  # keep key < hi
+            entries = itertools.takewhile((hi,).__gt__, entries)
         return entries
 
     def is_empty(self) -> bool:

@@ -43,8 +43,10 @@ threads (by the manager at close).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import Any, Final, Generic, TypeVar
 
 from changelog import Log
@@ -95,10 +97,83 @@ def _is_bytes_serde(serde: Serde[Any]) -> bool:
 
 
 def _fast_deserialize(serde: Serde[Any]) -> Callable[[bytes], Any]:
-    """The serde's ``deserialize``, or an equivalent builtin for the built-in serdes."""
+    """The serde's ``deserialize``, or an equivalent builtin for the built-in serdes.
+
+    ``bytes.decode`` is :class:`StringSerde`'s strict UTF-8 decode without the
+    Python frame around it.
+    """
     if type(serde) is MsgpackSerde:
         return serde.unpack
+    if type(serde) is StringSerde:
+        return bytes.decode
     return serde.deserialize
+
+
+def _first_try_deserialize(serde: Serde[Any]) -> Callable[[bytes], Any]:
+    """A decoder that equals the serde's wherever it succeeds, possibly cheaper.
+
+    :attr:`MsgpackSerde.try_unpack` (a bare C call; it rejects maps with
+    non-string keys, which the serde accepts); for other serdes
+    :func:`_fast_deserialize`.
+    """
+    if type(serde) is MsgpackSerde:
+        return serde.try_unpack
+    return _fast_deserialize(serde)
+
+
+def _batch_deserialize(serde: Serde[Any]) -> Callable[[list[bytes]], list[Any]] | None:
+    """A function decoding a list of values in order, ``None`` for :class:`BytesSerde` (identity).
+
+    :class:`MsgpackSerde` decodes a list with its loop in C
+    (:attr:`MsgpackSerde.unpack_many`); any other serde is mapped over the list.
+    """
+    if _is_bytes_serde(serde):
+        return None
+    if type(serde) is MsgpackSerde:
+        return serde.unpack_many
+    one = _fast_deserialize(serde)
+
+    def many(values: list[bytes]) -> list[Any]:
+        return list(map(one, values))
+
+    return many
+
+
+_ENTRY_KEY: Final = itemgetter(0)
+_ENTRY_VALUE: Final = itemgetter(1)
+
+_READAHEAD_FIRST: Final = 8
+"""Entries a scan reads from RocksDB before it yields its first one (then doubling)."""
+_READAHEAD_MAX: Final = 1024
+"""The most entries a scan reads and decodes ahead of its consumer."""
+
+
+def _readahead(
+    source: Iterator[tuple[bytes, bytes]], store: str
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """``source`` in lists of 8, 16, 32, ... up to 1,024 entries (the last may be shorter).
+
+    A scan that is stopped after its first entry reads 8 (not 1,024); a long
+    scan pays the per-list cost once per 1,024 entries.  An error of the source
+    that is not a :class:`~statestore.errors.StateStoreError` is raised as a
+    :class:`DeserializationError` of the entry after the last one read (as the
+    per-entry decoder did before).
+    """
+    size = _READAHEAD_FIRST
+    last = b""
+    while True:
+        try:
+            chunk = list(itertools.islice(source, size))
+        except StateStoreError:
+            raise
+        except Exception as exc:
+            raise DeserializationError(store, "entry", last, str(exc)) from exc
+        if chunk:
+            last = chunk[-1][0]
+            yield chunk
+        if len(chunk) < size:
+            return
+        size = min(size * 2, _READAHEAD_MAX)
 
 
 class KeyValueStore(Generic[K, V]):
@@ -132,6 +207,10 @@ class KeyValueStore(Generic[K, V]):
         self._ser_value = _fast_serialize(value_serde)
         self._de_key: Callable[[bytes], K] = _fast_deserialize(key_serde)
         self._de_value: Callable[[bytes], V] = _fast_deserialize(value_serde)
+        self._try_value: Callable[[bytes], V] = _first_try_deserialize(value_serde)
+        """``get``'s decoder: tried first; on any error :meth:`_value_after_try` decides."""
+        self._de_keys = _batch_deserialize(key_serde)
+        self._de_values = _batch_deserialize(value_serde)
         self._max_record_bytes = max_record_bytes
         self._inner = inner
         self._committer = committer
@@ -256,9 +335,20 @@ class KeyValueStore(Generic[K, V]):
         if data is None:
             return default
         try:
-            return self._de_value(data)
-        except Exception as exc:
-            raise DeserializationError(self._name, "value", data, str(exc)) from exc
+            return self._try_value(data)
+        except Exception:  # noqa: BLE001 - decided by the serde's own decoder
+            return self._value_after_try(data)
+
+    def _value_after_try(self, data: bytes) -> V:
+        """The serde's value of ``data`` after ``_try_value`` failed on it.
+
+        Once the serde's own decoder succeeds where the first try failed (msgpack
+        maps with non-string keys), the store holds such values, and ``get``
+        uses the serde's decoder from then on (no exception per get).
+        """
+        value = self._value(data)  # DeserializationError if the value is bad
+        self._try_value = self._de_value
+        return value
 
     def get_many(self, keys: Iterable[K], default: V | None = None) -> list[V | None]:
         """The values of ``keys`` in order (``default`` where absent), uncommitted writes included.
@@ -274,19 +364,31 @@ class KeyValueStore(Generic[K, V]):
         if not (self._bytes_keys and set(map(type, wanted)) <= {bytes}):
             wanted = [self._key_bytes(key) for key in wanted]
         found = self._inner.get_many(wanted)  # type: ignore[arg-type]  # K is bytes here
-        de = self._de_value
+        many = self._de_values
+        if None not in found:  # every key present
+            if many is None:
+                return found  # type: ignore[return-value]  # V is bytes here
+            present: list[bytes] = found  # type: ignore[assignment]
+        else:
+            present = [data for data in found if data is not None]
         try:
-            if None not in found:  # every key present: the loop runs in C
-                return list(map(de, found))  # type: ignore[arg-type]
-            return [default if data is None else de(data) for data in found]
-        except Exception:  # find the value that failed, to name it
-            for data in found:
-                if data is not None:
-                    try:
-                        de(data)
-                    except Exception as exc:
-                        raise DeserializationError(self._name, "value", data, str(exc)) from exc
+            decoded: list[Any] = present if many is None else many(present)
+        except Exception:
+            self._raise_bad_value(present)
             raise
+        if len(present) == len(found):
+            return decoded
+        values = iter(decoded)
+        return [default if data is None else next(values) for data in found]
+
+    def _raise_bad_value(self, values: Iterable[bytes]) -> None:
+        """Raise the :class:`DeserializationError` of the first of ``values`` that fails to decode."""
+        de = self._de_value
+        for data in values:
+            try:
+                de(data)
+            except Exception as exc:
+                raise DeserializationError(self._name, "value", data, str(exc)) from exc
 
     def __getitem__(self, key: K) -> V:
         """The value of ``key``; ``KeyError`` if absent."""
@@ -345,16 +447,45 @@ class KeyValueStore(Generic[K, V]):
         return self._decode_items(self._inner.items(lo, hi, reverse=reverse))
 
     def _decode_items(self, source: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[K, V]]:
-        de_key = self._de_key
-        de_value = self._de_value
-        key = b""
+        """Decoded ``source``, read ahead in growing lists and decoded a list at a time.
+
+        Per entry no Python code runs: the lists come from ``islice``, keys and
+        values are split with ``itemgetter`` and decoded by the serdes' batch
+        decoders, and ``zip``/``chain`` hand the entries out.  A scan reads (and
+        decodes) at most 1,024 entries ahead of its consumer, 8 before the first
+        one.  A value or key that fails raises :class:`DeserializationError`
+        naming its entry's key when its list is decoded, i.e. up to 1,024 entries
+        before the consumer reaches it.
+        """
+        return itertools.chain.from_iterable(
+            map(self._decode_chunk, _readahead(source, self._name))
+        )
+
+    def _decode_chunk(self, chunk: list[tuple[bytes, bytes]]) -> Iterator[tuple[K, V]]:
+        de_keys, de_values = self._de_keys, self._de_values
         try:
-            for key, value in source:
-                yield de_key(key), de_value(value)
-        except StateStoreError:
+            keys = (
+                map(_ENTRY_KEY, chunk) if de_keys is None else de_keys(list(map(_ENTRY_KEY, chunk)))
+            )
+            values = (
+                map(_ENTRY_VALUE, chunk)
+                if de_values is None
+                else de_values(list(map(_ENTRY_VALUE, chunk)))
+            )
+        except Exception:
+            self._raise_bad_entry(chunk)
             raise
-        except Exception as exc:
-            raise DeserializationError(self._name, "entry", key, str(exc)) from exc
+        return zip(keys, values, strict=True)
+
+    def _raise_bad_entry(self, chunk: list[tuple[bytes, bytes]]) -> None:
+        """Raise the :class:`DeserializationError` of the first entry of ``chunk`` that fails."""
+        de_key, de_value = self._de_key, self._de_value
+        for key, value in chunk:
+            try:
+                de_key(key)
+                de_value(value)
+            except Exception as exc:
+                raise DeserializationError(self._name, "entry", key, str(exc)) from exc
 
     def items(self) -> Iterator[tuple[K, V]]:
         """All entries in serialized key order (Kafka Streams' ``all``)."""
@@ -364,15 +495,40 @@ class KeyValueStore(Generic[K, V]):
         """All keys in serialized key order."""
         if self._state is not _OPEN:
             raise self._not_open("keys")
-        de_key = self._key
-        return (de_key(key) for key, _value in self._inner.items())
+        return itertools.chain.from_iterable(
+            map(self._decode_chunk_keys, _readahead(self._inner.items(), self._name))
+        )
+
+    def _decode_chunk_keys(self, chunk: list[tuple[bytes, bytes]]) -> Iterable[K]:
+        keys = list(map(_ENTRY_KEY, chunk))
+        de_keys = self._de_keys
+        if de_keys is None:
+            return keys  # K is bytes here
+        try:
+            return de_keys(keys)
+        except Exception:
+            for key in keys:
+                self._key(key)
+            raise
 
     def values(self) -> Iterator[V]:
         """All values in serialized key order."""
         if self._state is not _OPEN:
             raise self._not_open("values")
-        de_value = self._value
-        return (de_value(value) for _key, value in self._inner.items())
+        return itertools.chain.from_iterable(
+            map(self._decode_chunk_values, _readahead(self._inner.items(), self._name))
+        )
+
+    def _decode_chunk_values(self, chunk: list[tuple[bytes, bytes]]) -> Iterable[V]:
+        values = list(map(_ENTRY_VALUE, chunk))
+        de_values = self._de_values
+        if de_values is None:
+            return values  # V is bytes here
+        try:
+            return de_values(values)
+        except Exception:
+            self._raise_bad_value(values)
+            raise
 
     def __iter__(self) -> Iterator[K]:
         """Iterate over the keys."""

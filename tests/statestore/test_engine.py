@@ -185,3 +185,15 @@ def test_a_failed_get_is_a_store_engine_error(engine: RocksDBEngine) -> None:
     with pytest.raises(StoreEngineError) as info:
         engine.get(b"k")
     assert (info.value.path, info.value.operation) == (engine.path, "get")
+
+
+def test_bounds_compare_whole_keys_not_prefixes(engine: RocksDBEngine) -> None:
+    """The C-level bound tests (``(hi,) > entry``): a key that extends a bound, or equals it."""
+    keys = [b"", b"a", b"a\x00", b"ab", b"b", b"b\x00", b"b\xff", b"c"]
+    engine.write([(key, b"v" + key) for key in keys if key], 1)
+    stored = [key for key in keys if key]
+    for lo in [None, *keys]:
+        for hi in [None, *keys]:
+            want = [k for k in stored if (lo is None or k >= lo) and (hi is None or k < hi)]
+            assert [k for k, _ in engine.items(lo, hi)] == want, (lo, hi)
+            assert [k for k, _ in engine.items(lo, hi, reverse=True)] == want[::-1], (lo, hi)

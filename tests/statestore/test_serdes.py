@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -119,3 +120,38 @@ def test_serde_for_type() -> None:
 def test_builtins_satisfy_the_protocol() -> None:
     for serde in (BytesSerde(), StringSerde(), IntSerde(), MsgpackSerde(), AttrsSerde(Profile)):
         assert isinstance(serde, Serde)
+
+
+_MSGPACK_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text() | st.binary(),
+    lambda children: (
+        st.lists(children)
+        | st.dictionaries(st.text() | st.binary() | st.integers(-(2**63), 2**63 - 1), children)
+    ),
+    max_leaves=10,
+)
+
+
+@given(st.lists(_MSGPACK_VALUES, max_size=30))
+def test_msgpack_batch_and_first_try_decoders_equal_unpack(values: list[object]) -> None:
+    """``unpack_many`` is ``unpack`` per value; ``try_unpack`` equals it wherever it succeeds.
+
+    Maps with int keys make the strict first try fail (the batch then falls back).
+    """
+    serde = MsgpackSerde()
+    packed = [serde.serialize(value) for value in values]
+    assert serde.unpack_many(packed) == [serde.unpack(data) for data in packed] == values
+    for data, value in zip(packed, values, strict=True):
+        try:
+            first = serde.try_unpack(data)
+        except ValueError:
+            continue
+        assert first == value
+
+
+def test_msgpack_batch_decoder_raises_for_a_bad_value() -> None:
+    serde = MsgpackSerde()
+    good = serde.serialize({1: "int key"})  # the strict first try rejects it
+    with pytest.raises(msgpack.FormatError):  # 0xc1 is never used in msgpack
+        serde.unpack_many([good, b"\xc1"])
+    assert serde.unpack_many([good, good]) == [{1: "int key"}] * 2

@@ -349,3 +349,58 @@ def test_str_keys_do_not_take_the_bytes_shortcut(open_manager: OpenManager) -> N
         store.put(b"k", 1)
     with pytest.raises(SerializationError):
         store.get(b"k")
+
+
+def test_values_the_fast_decoder_rejects_read_back_on_every_path(open_manager: OpenManager) -> None:
+    """msgpack maps with int keys: the strict first try fails, the serde's decoder decides."""
+    store = open_manager().store("kv")
+    for i in range(40):
+        store[f"k{i:02}"] = {i: "int key"} if i % 3 == 0 else {"n": i}
+    store.commit()
+    for i in range(40):
+        assert store[f"k{i:02}"] == ({i: "int key"} if i % 3 == 0 else {"n": i})
+    keys = [f"k{i:02}" for i in range(40)]
+    assert store.get_many(keys) == [store[key] for key in keys]
+    assert list(store.range("k00", "k40")) == [(key, store[key]) for key in keys]
+    assert list(store.values()) == [store[key] for key in keys]
+
+
+def test_a_bad_value_in_a_long_scan_names_its_key(open_manager: OpenManager) -> None:
+    manager = open_manager()
+    raw = manager.store("kv", key_type=bytes, value_type=bytes)
+    for i in range(3000):
+        raw[b"k%05d" % i] = b"\xc1" if i == 2500 else b"\x01"
+    raw.commit()
+    manager.close()
+    typed = open_manager().store("kv", key_type=bytes)
+    scan = typed.range(b"k00000")
+    assert [next(scan) for _ in range(5)] == [(b"k%05d" % i, 1) for i in range(5)]
+    with pytest.raises(DeserializationError) as info:
+        list(scan)
+    assert info.value.data == b"k02500"
+    assert list(typed.range(b"k02501", b"k02504")) == [(b"k%05d" % i, 1) for i in range(2501, 2504)]
+    with pytest.raises(DeserializationError):
+        list(typed.values())
+    assert len(list(typed.keys())) == 3000
+
+
+def test_scans_read_ahead_at_most_eight_entries_before_the_first(
+    open_manager: OpenManager,
+) -> None:
+    from statestore.stores import typed as typed_module  # noqa: PLC0415
+
+    source = iter([(b"%05d" % i, b"") for i in range(3000)])
+    chunks = typed_module._readahead(source, "kv")
+    assert len(next(chunks)) == 8
+    sizes = [len(chunk) for chunk in chunks]
+    assert sizes[:7] == [16, 32, 64, 128, 256, 512, 1024]
+    assert sum(sizes) == 3000 - 8
+    assert max(sizes) == 1024
+    store = open_manager().store("kv", key_type=bytes)
+    for i in range(100):
+        store[b"%03d" % i] = i
+    store.commit()
+    assert list(store.range(b"010", b"030", reverse=True)) == [
+        (b"%03d" % i, i) for i in range(29, 9, -1)
+    ]
+    assert list(store.prefix_scan(b"05")) == [(b"%03d" % i, i) for i in range(50, 60)]

@@ -1,0 +1,432 @@
+"""``statestore repair``: the operator's remedies, each a dry run unless ``--apply`` is given.
+
+Every remedy first prints exactly what it will change (files, byte ranges,
+offsets, the acknowledged records and keys it removes, the steps it will
+run) and changes nothing without ``--apply``.  With ``--apply`` it refuses
+while a service holds the state directory's (or the partition's) lock, runs
+its steps through :mod:`changelog.fs.files` (each one fsynced; a crash at any
+step leaves a directory the remedy run again finishes), and then re-verifies
+the partition with ``statestore verify``'s check (the loader's read-only
+plan, then every batch's CRC).  Exit status: 0 when the dry run was printed
+or the remedy ran and verify says OK; 1 when the remedy refuses
+(:class:`~changelog.errors.RepairRefusedError`, a lock held) or verify still
+finds errors afterwards; 2 for a usage error.
+
+Subcommands: ``truncate``, ``drop-torn-tail`` (:mod:`changelog.repair.truncate`),
+``rebuild-indexes`` (:mod:`changelog.repair.indexes`), ``rebuild-rocksdb``
+(:mod:`statestore.cli.rebuild_rocksdb`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from statestore.cli.errors import UsageError
+from statestore.cli.output import VALUE_FORMATS, decode_for_display, format_table, write_json
+from statestore.cli.reverify import reverify
+from statestore.cli.statedir import is_partition_dir, lock_holder
+
+__all__ = [
+    "add_repair_parser",
+    "cmd_drop_torn_tail",
+    "cmd_rebuild_indexes",
+    "cmd_truncate",
+    "partition_locks",
+]
+
+_CHANGELOG_DIR: Final = re.compile(r"^.+-changelog-\d+$")
+_DRY_RUN: Final = "dry run: nothing was changed; run again with --apply to do it"
+
+
+def _partition_arg(path: Path) -> Path:
+    if not path.exists():
+        raise UsageError(f"{path}: no such directory")
+    if not is_partition_dir(path):
+        raise UsageError(f"{path}: not a changelog partition directory (no <offset>.log files)")
+    return path
+
+
+def state_dir_of(partition: Path) -> Path | None:
+    """The state directory a ``<store>-changelog-<p>`` partition belongs to (one with a ``.lock``)."""
+    parent = partition.resolve().parent
+    if _CHANGELOG_DIR.match(partition.resolve().name) and (parent / ".lock").exists():
+        return parent
+    return None
+
+
+@contextlib.contextmanager
+def partition_locks(partition: Path, *, apply: bool, out: TextIO) -> Iterator[None]:
+    """Hold the state directory's lock for the block (``apply``); else only warn if it is held.
+
+    A held lock makes ``--apply`` fail with :class:`~changelog.errors.LogLockedError`
+    (exit 1, nothing changed); the partition's own lock is taken by the remedy.
+    """
+    from changelog.errors import LogLockedError  # noqa: PLC0415
+    from changelog.fs.lock import LOCK_FILE_NAME, DirectoryLock  # noqa: PLC0415
+
+    state_dir = state_dir_of(partition)
+    holders = [
+        (d, lock_holder(d)) for d in (state_dir, partition) if d is not None and lock_holder(d)
+    ]
+    if not apply:
+        for directory, holder in holders:
+            out.write(
+                f"note: {directory} is locked by {holder}: --apply will refuse until it stops\n"
+            )
+        yield
+        return
+    if holders:
+        directory, holder = holders[0]
+        raise LogLockedError(directory / LOCK_FILE_NAME, holder)
+    if state_dir is None:
+        yield
+        return
+    with DirectoryLock(state_dir):
+        yield
+
+
+# --------------------------------------------------------------------------- truncate, drop-torn-tail
+
+
+def _key_text(key: bytes | None, fmt: str) -> str:
+    if key is None:
+        return "(null key)"
+    try:
+        shown = decode_for_display(key, fmt)
+    except ValueError:
+        shown = "0x" + key.hex()
+    return shown if isinstance(shown, str) else repr(shown)
+
+
+def _truncation_doc(plan: Any, key_format: str) -> dict[str, Any]:
+    return {
+        "directory": str(plan.directory),
+        "requested_offset": plan.requested_offset,
+        "log_end_offset_before": plan.log_end_offset_before,
+        "log_end_offset_after": plan.log_end_offset_after,
+        "cut": {
+            "path": str(plan.cut_path),
+            "position": plan.cut_position,
+            "size_bytes": plan.cut_size_bytes,
+        },
+        "deleted_segments": [
+            {"path": str(s.path), "size_bytes": s.size_bytes} for s in plan.deleted_segments
+        ],
+        "removed_bytes": plan.removed_bytes,
+        "removed_batches": plan.removed_batches,
+        "removed_records": plan.removed_records,
+        "aborted_records": plan.aborted_records,
+        "undecided_records": plan.undecided_records,
+        "control_batches": plan.control_batches,
+        "removed_offsets": None
+        if plan.first_removed_offset is None
+        else [plan.first_removed_offset, plan.last_removed_offset],
+        "damage": [
+            {
+                "path": str(d.path),
+                "position": d.position,
+                "size_bytes": d.size_bytes,
+                "reason": d.reason,
+            }
+            for d in plan.damage
+        ],
+        "keys": [
+            {
+                "key": _key_text(c.key, key_format),
+                "before": c.before,
+                "after": c.after,
+                "effect": c.effect,
+            }
+            for c in plan.key_changes
+        ],
+        "steps": plan.steps(),
+    }
+
+
+def _print_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str) -> None:
+    out.write(f"{title}\n\n")
+    inside = ""
+    if plan.log_end_offset_after < plan.requested_offset and plan.removed_batches:
+        inside = (
+            f" (offset {plan.requested_offset} lies inside or after the batch starting at"
+            f" {plan.first_removed_offset}: a batch is never split)"
+        )
+    out.write(
+        f"log end offset {plan.log_end_offset_before} -> {plan.log_end_offset_after}{inside}\n"
+    )
+    parts = []
+    if plan.cut_position < plan.cut_size_bytes:
+        parts.append(f"{plan.cut_path.name} bytes [{plan.cut_position}, {plan.cut_size_bytes})")
+    parts.extend(f"{s.path.name} (whole, {s.size_bytes} bytes)" for s in plan.deleted_segments)
+    out.write(f"removes {plan.removed_bytes} bytes: {', '.join(parts)}\n")
+    out.write(
+        f"removes offsets [{plan.log_end_offset_after}, {plan.log_end_offset_before}):"
+        f" {plan.removed_batches} readable batches"
+        + (
+            f" ({plan.first_removed_offset}..{plan.last_removed_offset})"
+            if plan.first_removed_offset is not None
+            else ""
+        )
+        + f", {plan.removed_records} acknowledged records ({plan.aborted_records} aborted,"
+        f" {plan.undecided_records} undecided, {plan.control_batches} markers)\n"
+    )
+    for damage in plan.damage:
+        out.write(
+            f"removes unreadable bytes [{damage.position}, {damage.position + damage.size_bytes})"
+            f" of {damage.path.name}: {damage.reason} (their records cannot be listed)\n"
+        )
+    changes = plan.key_changes
+    unknown = (
+        " (plus the keys of the unreadable bytes, which cannot be known)" if plan.damage else ""
+    )
+    out.write(f"keys affected: {len(changes)}{unknown}\n")
+    if changes:
+        shown = changes if args.all_keys else changes[: args.keys]
+        rows = [[_key_text(c.key, args.key_format), c.effect] for c in shown]
+        text = format_table(["key", "becomes"], rows)
+        out.write("".join(f"  {line}\n" for line in text.splitlines()))
+        if len(shown) < len(changes):
+            out.write(f"  ... {len(changes) - len(shown)} more (--all-keys, or --json)\n")
+    out.write("steps:\n")
+    out.writelines(f"  {step}\n" for step in plan.steps())
+
+
+def _run_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str) -> int:
+    from changelog.repair.truncate import apply_truncation  # noqa: PLC0415
+
+    doc = _truncation_doc(plan, args.key_format)
+    if plan.nothing_to_do:
+        if args.json:
+            write_json(out, {"plan": doc, "applied": False, "nothing_to_do": True})
+        else:
+            out.write(
+                f"{title}\n\nnothing to remove: the log ends at {plan.log_end_offset_after}\n"
+            )
+        return 0
+    if not args.json:
+        _print_truncation(plan, args, out, title)
+    if not args.apply:
+        if args.json:
+            write_json(out, {"plan": doc, "applied": False})
+        else:
+            out.write(f"\n{_DRY_RUN}\n")
+        return 0
+    log_end = apply_truncation(plan)
+    if args.json:
+        ok, verify_doc = reverify(plan.directory, io.StringIO())
+        write_json(
+            out, {"plan": doc, "applied": True, "log_end_offset": log_end, "verify": verify_doc}
+        )
+    else:
+        out.write(f"\napplied: the log now ends at offset {log_end}\n")
+        ok, _ = reverify(plan.directory, out)
+    return 0 if ok else 1
+
+
+def cmd_truncate(args: argparse.Namespace, out: TextIO) -> int:
+    """Remove every batch at and above ``--offset`` (dry run unless ``--apply``)."""
+    from changelog.repair.truncate import plan_truncation  # noqa: PLC0415
+
+    partition = _partition_arg(args.partition)
+    with partition_locks(partition, apply=args.apply, out=out):
+        plan = plan_truncation(partition, args.offset)
+        title = f"truncate {partition} at offset {args.offset}"
+        return _run_truncation(plan, args, out, title)
+
+
+def cmd_drop_torn_tail(args: argparse.Namespace, out: TextIO) -> int:
+    """Cut the last segment where its valid batches end (dry run unless ``--apply``)."""
+    from changelog.repair.truncate import plan_torn_tail_drop  # noqa: PLC0415
+
+    partition = _partition_arg(args.partition)
+    with partition_locks(partition, apply=args.apply, out=out):
+        plan = plan_torn_tail_drop(partition)
+        title = f"drop the torn tail of {partition}"
+        if plan.had_clean_shutdown and not args.json:
+            rp = plan.recovery_point_before
+            if rp is not None and rp > plan.log_end_offset_after:
+                title += (
+                    f"\nthe clean close checkpointed log end offset {rp}: offsets"
+                    f" [{plan.log_end_offset_after}, {rp}) were acknowledged and are lost"
+                )
+            else:
+                title += (
+                    "\nthe clean close checkpointed log end offset"
+                    f" {rp}: the torn bytes lie after it (nothing acknowledged is lost)"
+                )
+        return _run_truncation(plan, args, out, title)
+
+
+# --------------------------------------------------------------------------- rebuild-indexes
+
+
+def cmd_rebuild_indexes(args: argparse.Namespace, out: TextIO) -> int:
+    """Rebuild every segment's ``.index``, ``.timeindex`` and ``.txnindex`` from its ``.log``."""
+    from changelog.config import LogConfig  # noqa: PLC0415
+    from changelog.repair.indexes import apply_index_rebuild, plan_index_rebuild  # noqa: PLC0415
+
+    partition = _partition_arg(args.partition)
+    config = LogConfig(index_interval_bytes=args.index_interval_bytes)
+    with partition_locks(partition, apply=args.apply, out=out):
+        plan = plan_index_rebuild(partition, config=config)
+        files_doc = [
+            {
+                "path": str(f.path),
+                "exists": f.exists,
+                "entries_before": f.entries_before,
+                "entries_after": f.entries_after,
+                "size_before_bytes": f.size_before_bytes,
+                "size_after_bytes": f.size_after_bytes,
+                "first_difference": f.first_difference,
+                "changes": f.changes,
+            }
+            for f in plan.files
+        ]
+        doc: dict[str, Any] = {
+            "directory": str(partition),
+            "files": files_doc,
+            "steps": plan.steps(),
+        }
+        if not args.json:
+            out.write(f"rebuild the indexes of {partition} from its .log files\n\n")
+            rows = [
+                [
+                    f.path.name,
+                    "missing" if not f.exists else f.entries_before,
+                    f.entries_after,
+                    "unchanged"
+                    if not f.changes
+                    else ("created" if not f.exists else f"differs from byte {f.first_difference}"),
+                ]
+                for f in plan.files
+            ]
+            out.write(
+                format_table(
+                    ["file", "entries now", "entries rebuilt", "result"],
+                    rows,
+                    right=[False, True, True, False],
+                )
+                + "\n"
+            )
+            changed = sum(1 for f in plan.files if f.changes)
+            out.write(f"\n{changed} of {len(plan.files)} index files change\nsteps:\n")
+            out.writelines(f"  {step}\n" for step in plan.steps())
+        if not args.apply:
+            if args.json:
+                write_json(out, {"plan": doc, "applied": False})
+            else:
+                out.write(f"\n{_DRY_RUN}\n")
+            return 0
+        apply_index_rebuild(plan, config=config)
+    if args.json:
+        ok, verify_doc = reverify(partition, io.StringIO())
+        write_json(out, {"plan": doc, "applied": True, "verify": verify_doc})
+    else:
+        out.write("\napplied: every index rebuilt from its .log\n")
+        ok, _ = reverify(partition, out)
+    return 0 if ok else 1
+
+
+# --------------------------------------------------------------------------- the parser
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--apply", action="store_true", help="do it (without: print the plan, change nothing)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _key_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-format",
+        choices=VALUE_FORMATS,
+        default="str",
+        help="how affected keys are shown (default: str)",
+    )
+    parser.add_argument(
+        "--keys", type=_non_negative, default=20, help="list at most this many keys (default 20)"
+    )
+    parser.add_argument("--all-keys", action="store_true", help="list every affected key")
+
+
+def add_repair_parser(sub: Any) -> None:
+    """Add ``repair`` and its subcommands to the top-level subparsers ``sub``."""
+    from statestore.cli import rebuild_rocksdb  # noqa: PLC0415
+
+    repair = sub.add_parser(
+        "repair",
+        help="operator remedies: truncate, drop-torn-tail, rebuild-indexes, rebuild-rocksdb",
+        description=(
+            "Remedies for a partition or store that the loader refuses or that reads wrong. "
+            "Each prints what it will change and changes nothing without --apply; --apply "
+            "refuses while a service holds the lock, and re-verifies afterwards. See "
+            "docs/recovery.md for which error calls for which remedy."
+        ),
+    )
+    remedies = repair.add_subparsers(dest="remedy", metavar="REMEDY", required=True)
+
+    truncate = remedies.add_parser(
+        "truncate",
+        help="remove every batch at and above an offset",
+        description=(
+            "Remove every batch holding an offset >= --offset (a batch is never split), "
+            "listing the acknowledged records and what each affected key becomes."
+        ),
+    )
+    truncate.add_argument("partition", type=Path, metavar="PARTITION_DIR")
+    truncate.add_argument("--offset", type=_non_negative, required=True, help="the new log end")
+    _key_options(truncate)
+    _common(truncate)
+    truncate.set_defaults(func=cmd_truncate)
+
+    torn = remedies.add_parser(
+        "drop-torn-tail",
+        help="cut a damaged tail of the last segment that the loader refuses",
+        description=(
+            "Cut the last segment where its valid batches end: for a torn tail after a clean "
+            "shutdown (the loader refuses it, since the clean close promised a complete log), "
+            "or a damaged last batch not shaped like an interrupted write. Refuses when a "
+            "valid batch follows the damage (use truncate)."
+        ),
+    )
+    torn.add_argument("partition", type=Path, metavar="PARTITION_DIR")
+    _key_options(torn)
+    _common(torn)
+    torn.set_defaults(func=cmd_drop_torn_tail)
+
+    indexes = remedies.add_parser(
+        "rebuild-indexes",
+        help="rebuild .index, .timeindex and .txnindex of every segment from its .log",
+        description=(
+            "Rebuild every segment's offset, time and transaction indexes from its .log "
+            "(every batch CRC-checked first; a damaged .log is refused: truncate first)."
+        ),
+    )
+    indexes.add_argument("partition", type=Path, metavar="PARTITION_DIR")
+    indexes.add_argument(
+        "--index-interval-bytes",
+        type=_non_negative,
+        default=4096,
+        help="index.interval.bytes the log uses (default 4096)",
+    )
+    _common(indexes)
+    indexes.set_defaults(func=cmd_rebuild_indexes)
+
+    rebuild_rocksdb.add_parser(remedies, _common)
