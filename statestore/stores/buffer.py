@@ -21,6 +21,9 @@ Invariants:
   tombstone; it holds the writes since the last successful commit or abort
   (plus, while a commit runs on another thread, those made meanwhile).  It is one dict for the buffer's lifetime (cleared, never
   replaced), so :attr:`WriteBuffer.put` can be its bound ``__setitem__``.
+* ``_lookup`` is the partition's RocksDB ``get`` while the buffer is open and
+  ``None`` from :meth:`WriteBuffer.close` / :meth:`WriteBuffer.abandon` on (a
+  get then fails and is mapped to :class:`~statestore.errors.InvalidStateStoreError`).
 
 Thread-safety: writes and reads come from the typed store's single user thread;
 a commit (the coordinator, holding :attr:`WriteBuffer.commit_lock`) may run on
@@ -63,7 +66,9 @@ class WriteBuffer:
     def __init__(self, inner: ChangeLoggingStore) -> None:
         """Buffer writes for ``inner``, a restored partition; closing the buffer closes it."""
         self._inner = inner
-        self._inner_get = inner.get
+        self._lookup: Callable[[bytes], bytes | None] | None = inner.lookup
+        """RocksDB's own get (errors unmapped; ``None`` once closed)."""
+        self._read_error = inner.read_error
         self._inner_get_many = inner.get_many
         self._pending: dict[bytes, bytes | None] = {}
         self.commit_lock = threading.Lock()
@@ -89,10 +94,19 @@ class WriteBuffer:
     # ------------------------------------------------------------------ reads
 
     def get(self, key: bytes) -> bytes | None:
-        """The value of ``key`` including uncommitted writes (read-your-writes)."""
+        """The value of ``key`` including uncommitted writes (read-your-writes).
+
+        The hot read path calls RocksDB's ``get`` from this frame
+        (:attr:`ChangeLoggingStore.lookup`) and maps a failure with the engine's
+        :meth:`~statestore.stores.engine.RocksDBEngine.read_error`: the same typed
+        errors as the engine's own ``get``, one Python frame less (issue 18).
+        """
         value = self._pending.get(key, _MISSING)
         if value is _MISSING:
-            return self._inner_get(key)
+            try:
+                return self._lookup(key)  # type: ignore[misc]  # None once closed: mapped below
+            except Exception as exc:
+                raise self._read_error(exc, "get") from exc
         return value  # type: ignore[no-any-return]
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
@@ -273,11 +287,13 @@ class WriteBuffer:
     def close(self, *, flush: bool = True) -> None:
         """Drop the pending writes (with a warning) and close the partition below; idempotent."""
         self._discard()
+        self._lookup = None
         self._inner.close(flush=flush)
 
     def abandon(self) -> None:
         """Drop the pending writes and abandon the partition below, as a crash would; idempotent."""
         self._discard()
+        self._lookup = None
         self._inner.abandon()
 
 

@@ -93,7 +93,12 @@ from changelog import (
     RecordTooLargeError,
 )
 from changelog.record.control import ControlRecordType
-from statestore.errors import CommitFailedError, InvalidStateStoreError, StoreEngineError
+from statestore.errors import (
+    CommitFailedError,
+    InvalidStateStoreError,
+    StateStoreError,
+    StoreEngineError,
+)
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.lifecycle import StoreState, move
 from statestore.stores.restore import (
@@ -144,6 +149,8 @@ class ChangeLoggingStore:
         """The committed value of a key (the engine's own ``get``: the hot read path)."""
         self.get_many: Callable[[list[bytes]], list[bytes | None]] = engine.get_many
         """The committed values of keys, in order (the engine's multi-get)."""
+        self.read_error: Callable[[Exception, str], StateStoreError] = engine.read_error
+        """The engine's typed error for a failed :attr:`lookup` (see :meth:`RocksDBEngine.read_error`)."""
 
     # ------------------------------------------------------------- lifecycle
 
@@ -166,6 +173,16 @@ class ChangeLoggingStore:
     def engine(self) -> RocksDBEngine:
         """The RocksDB engine (owned: closed by :meth:`close`)."""
         return self._engine
+
+    @property
+    def lookup(self) -> Callable[[bytes], bytes | None]:
+        """The committed value of a key with rocksdict's errors unmapped (:attr:`RocksDBEngine.lookup`).
+
+        For the write buffer's hot ``get``, which maps failures with
+        :attr:`read_error` and drops this before closing the partition.
+        """
+        lookup: Callable[[bytes], bytes | None] = self._engine.lookup
+        return lookup
 
     def _move(self, new: StoreState, operation: str) -> None:
         self._state = move(self._owner, self._state, new, operation)

@@ -442,3 +442,32 @@ def test_close_discards_pending_writes_with_a_warning(
     logged.close()
     assert "closing with 1 uncommitted writes" in caplog.text
     assert logged.pending_count == 0
+
+
+def test_the_buffers_get_maps_rocksdb_failures_like_the_engine(tmp_path: Path) -> None:
+    """``WriteBuffer.get`` calls RocksDB's get itself: the errors stay the engine's typed ones."""
+    buffer = _partition(tmp_path, hold_cleaning_barrier=False, interval=1000)
+    buffer.put(b"k", b"v")
+    buffer.commit()
+    buffer.put(b"pending", b"p")
+
+    def broken(_key: bytes) -> bytes | None:
+        raise RuntimeError("IO error: on fire")
+
+    lookup = buffer._lookup
+    buffer._lookup = broken  # the database's get, failing as rocksdict fails
+    with pytest.raises(StoreEngineError) as info:
+        buffer.get(b"k")
+    assert (info.value.path, info.value.operation) == (buffer.inner.engine.path, "get")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert buffer.get(b"pending") == b"p"  # the buffer answers without RocksDB
+    buffer._lookup = lookup
+    del lookup
+    assert buffer.get(b"k") == b"v"
+    buffer.close()
+    with pytest.raises(InvalidStateStoreError):
+        buffer.get(b"k")
+    # closed through the buffer: RocksDB's lock is free at once
+    reopened = RocksDBEngine.open(tmp_path / "kv-rocksdb-0", config=RocksDBConfig(), cache=None)
+    assert reopened.get(b"k") == b"v"
+    reopened.close()
