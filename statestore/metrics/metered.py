@@ -380,6 +380,10 @@ class MeteredParticipant:
             records, producer_id=producer_id, producer_epoch=producer_epoch
         )
 
+    def sync_to(self, offset: int) -> bool:
+        """T2: the wrapped partition's fsync."""
+        return self._inner.sync_to(offset)
+
     def append_marker(
         self,
         marker: ControlRecordType,

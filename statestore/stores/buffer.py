@@ -235,6 +235,10 @@ class WriteBuffer:
             records, producer_id=producer_id, producer_epoch=producer_epoch
         )
 
+    def sync_to(self, offset: int) -> bool:
+        """T2 of a transaction (see :meth:`ChangeLoggingStore.sync_to`)."""
+        return self._inner.sync_to(offset)
+
     def append_marker(
         self,
         marker: ControlRecordType,

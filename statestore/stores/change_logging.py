@@ -260,16 +260,33 @@ class ChangeLoggingStore:
     ) -> AppendInfo:
         """The coordinator's T1: ``records`` as one transactional batch; RocksDB is not touched.
 
-        Durable under the changelog's flush policy when this returns; errors as
-        :meth:`write`'s append.
+        Not fsynced (the coordinator's T2, :meth:`sync_to`, makes every
+        partition's batch durable at once, whatever the flush policy); errors
+        as :meth:`write`'s append.
         """
         self._require_open("commit")
         try:
             return self._changelog.append_transactional(
-                records, producer_id=producer_id, producer_epoch=producer_epoch
+                records, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=True
             )
         except Exception as exc:  # noqa: BLE001 - mapped to CommitFailedError below
             self._raise_append_error(exc)
+
+    def sync_to(self, offset: int) -> bool:
+        """The coordinator's T2: fsync the changelog below ``offset`` (group commit).
+
+        Returns whether this call ran the fsync.  Any failure fails the
+        partition (:class:`CommitFailedError`, ``written=True``).
+        """
+        try:
+            return self._changelog.sync_to(offset)
+        except Exception as exc:
+            self._move(StoreState.FAILED, "commit")
+            if isinstance(exc, ChangelogError | OSError):
+                raise CommitFailedError(
+                    self.store, self.partition, written=True, detail=str(exc)
+                ) from exc
+            raise
 
     def append_marker(
         self,

@@ -77,7 +77,11 @@ class Participant(Protocol):
     def append_transactional(
         self, records: Records, *, producer_id: int, producer_epoch: int
     ) -> AppendInfo:
-        """Append ``records`` as one transactional batch (durable under the flush policy)."""
+        """Append ``records`` as one transactional batch, not fsynced (see :meth:`sync_to`)."""
+        ...
+
+    def sync_to(self, offset: int) -> bool:
+        """fsync the changelog below ``offset`` (group commit); a failure fails the partition."""
         ...
 
     def append_marker(

@@ -17,15 +17,17 @@ commit lock, taken in (store, partition) order:
 * two or more, a transaction:
 
   T1. append each partition's writes as ONE transactional batch (our producer
-      id and epoch, the partition's next sequence); under the default flush
-      policy each append fsyncs its ``.log`` before it returns;
-  T2. every partition's data is durable: a partition whose flush policy left
-      its batch unflushed is flushed now (``Log.flush``);
+      id and epoch, the partition's next sequence), not fsynced;
+  T2. fsync every partition's changelog below its batch's end, the fsyncs
+      running at the same time (:func:`changelog.group_commit.sync_logs`, each
+      through its log's group commit), whatever the flush policy: a decided
+      transaction must not lose one partition's data to a power cut;
   T3. append the **PrepareCommit** record (this transaction's partitions with
       the first offset of its data in each, plus the earlier committed
       transactions whose COMMIT marker may not be durable yet) to the
-      coordinator's log and fsync it.  **This is the commit point**: from
-      here the transaction is committed, whatever happens next;
+      coordinator's log and fsync it (through the log's group commit, so
+      concurrent transactions share the fsync).  **This is the commit
+      point**: from here the transaction is committed, whatever happens next;
   T4. append a COMMIT marker to every partition, not fsynced (the next append
       or flush of that partition makes it durable; until then the
       coordinator's records keep listing it, so recovery can redo it);
@@ -35,9 +37,8 @@ commit lock, taken in (store, partition) order:
   T6. at a clean close, once every marker is durable (the changelogs were
       flushed), a **CompleteCommit** record listing nothing still waiting.
 
-  Cost: two sequential fsync rounds (data, decision).  T1 appends the
-  partitions one after another (each with its own fsync); see docs/recovery.md
-  for what is measured and what is not overlapped yet.
+  Cost: two sequential fsync rounds (data, overlapped over the partitions;
+  then the decision).
 
 **Recovery**, the pass that completes or undoes the protocol (docs/recovery.md
 tells it with the loader's passes):
@@ -118,6 +119,7 @@ from typing import Final
 import attrs
 
 from changelog import ChangelogError, Log, LogConfig
+from changelog.group_commit import sync_logs
 from changelog.limits import INT16_MAX
 from changelog.log import wall_clock_ms
 from changelog.record.control import ControlRecordType
@@ -400,17 +402,18 @@ class TransactionCoordinator:
         """T1-T5 over ``work`` (two or more partitions), every commit lock held."""
         pid, epoch = self.producer_id, self.producer_epoch
         firsts: list[int] = []
+        ends: list[int] = []
         try:
             for member, records in work:  # T1
                 info = member.append_transactional(records, producer_id=pid, producer_epoch=epoch)
                 firsts.append(info.first_offset)
+                ends.append(info.last_offset + 1)
                 if len(firsts) == 1:
                     self._step("T1.1")
             self._step("T1")
-            for member, _records in work:  # T2
-                log = member.changelog
-                if log.recovery_point < log.log_end_offset:
-                    log.flush()
+            # T2: every partition's fsync at once (whatever its flush policy: a decided
+            # transaction must not lose one partition's data to a power cut)
+            sync_logs([(member, end) for (member, _records), end in zip(work, ends, strict=True)])
             self._step("T2")
         except BaseException:
             self._abort_written(work[: len(firsts)])
@@ -421,7 +424,7 @@ class TransactionCoordinator:
         )
         self._decide(parts, [member.changelog for member, _records in work])  # T3
         self._step("T3")
-        ends: list[int] = []
+        ends = []
         for (member, _records), part in zip(work, parts, strict=True):  # T4
             marker = member.append_marker(
                 ControlRecordType.COMMIT, producer_id=pid, producer_epoch=epoch, defer_flush=True
@@ -468,25 +471,39 @@ class TransactionCoordinator:
                 )
 
     def _decide(self, parts: tuple[TxnPartition, ...], logs: Sequence[Log]) -> None:
-        """T3: the PrepareCommit record, fsynced; on an I/O error the coordinator is failed."""
-        with self._lock:
-            self._check_usable()
-            for part, log in zip(parts, logs, strict=True):
-                self._waiting[(part.topic, part.partition)] = _Waiting(part.first_offset, log=log)
-            try:
-                self._append_record_locked(TransactionState.PREPARE_COMMIT)
-            except BaseException as exc:
-                self._failed = exc
-                raise TransactionCoordinatorError(self._log.dir, str(exc)) from exc
+        """T3: the PrepareCommit record, fsynced; on an I/O error the coordinator is failed.
+
+        The record is appended under ``_lock`` and fsynced after it, through the
+        log's group commit: concurrent transactions (of disjoint partitions)
+        share the decision fsync.
+        """
+        try:
+            with self._lock:
+                self._check_usable()
+                for part, log in zip(parts, logs, strict=True):
+                    key = (part.topic, part.partition)
+                    self._waiting[key] = _Waiting(part.first_offset, log=log)
+                end = self._append_record_locked(TransactionState.PREPARE_COMMIT)
+            self._log.sync_to(end)
+        except TransactionCoordinatorError:
+            raise
+        except BaseException as exc:
+            self._failed = exc
+            raise TransactionCoordinatorError(self._log.dir, str(exc)) from exc
 
     # ----------------------------------------------------------------- the coordinator's log
 
     def _append_record(self, state: TransactionState) -> None:
+        """Append a record and fsync it."""
         with self._lock:
-            self._append_record_locked(state)
+            end = self._append_record_locked(state)
+        self._log.sync_to(end)
 
-    def _append_record_locked(self, state: TransactionState) -> None:
-        """Append (and fsync) a record listing every part still waiting; the caller holds ``_lock``."""
+    def _append_record_locked(self, state: TransactionState) -> int:
+        """Append (not yet fsynced) a record listing every part still waiting; returns its end.
+
+        The caller holds ``_lock`` and then syncs the log to the returned offset.
+        """
         for key in [key for key, entry in self._waiting.items() if entry.durable()]:
             del self._waiting[key]
         record = TransactionStateRecord(
@@ -499,9 +516,8 @@ class TransactionCoordinator:
                 for (topic, partition), entry in self._waiting.items()
             ),
         )
-        info = self._log.append([(encode_key(), encode_value(record))])
-        if not info.flushed:
-            self._log.flush()
+        info = self._log.append([(encode_key(), encode_value(record))], defer_flush=True)
+        return info.last_offset + 1
 
     # ----------------------------------------------------------------- shutdown
 
@@ -511,8 +527,7 @@ class TransactionCoordinator:
             return
         try:
             if self._failed is None:
-                with self._lock:
-                    self._append_record_locked(TransactionState.COMPLETE_COMMIT)
+                self._append_record(TransactionState.COMPLETE_COMMIT)
         finally:
             self._log.close()
 
