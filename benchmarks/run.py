@@ -11,7 +11,7 @@ script prints its own table and ends with one line of JSON, which the runner fol
 a combined table and ``--json`` file.  Scripts that are not there yet are skipped and
 listed as missing.
 
-``--only`` takes a script name (``store``, ``codec``, ``log``, ``cleaner``, ``compactness``) or the name
+``--only`` takes a script name (``store``, ``codec``, ``log``, ``cleaner``, ``compactness``, ``txn``, ...) or the name
 of one case of the store suite (``put``, ``get``, ``range``, ``restore``,
 ``incremental``, ``updates``, ``compaction``, ``concurrent``, ``disk``), which runs just
 that case of ``store_bench``.  Sizes: the default is the full report (about ten
@@ -44,6 +44,7 @@ SCRIPTS: dict[str, str] = {
     "compactness": "benchmarks.compactness_bench",
     "metrics": "benchmarks.metrics_bench",
     "compression": "benchmarks.compression_bench",
+    "txn": "benchmarks.txn_bench",
 }
 """Short name -> module.  ``store`` is ours; the others belong to their modules' owners."""
 
@@ -213,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
             script_args += ["--size", mode]
             for c in cases:
                 script_args += ["--only", c]
+            if args.reps is not None:
+                script_args += ["--reps", str(args.reps)]
+        elif short == "txn":
+            script_args += ["--size", mode]
             if args.reps is not None:
                 script_args += ["--reps", str(args.reps)]
         elif mode != "full":

@@ -113,6 +113,30 @@ def test_metrics_bench_runs_and_reports_its_target() -> None:
     assert {row["baseline_name"] for row in rows.values()} == {"metrics OFF"}
 
 
+def test_txn_bench_runs_every_case_and_reports_the_durable_floor_target() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.txn_bench", "--tiny"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = _last_json_line(proc.stdout)
+    assert payload is not None
+    rows = {row["name"]: row for row in payload["results"]}
+    single = rows["put + commit/500, one store"]
+    assert single["target"] == "ratio>= 0.9"
+    assert single["baseline_name"].startswith("durable floor")
+    assert any(name.startswith("commit of 3 stores") for name in rows)
+    threads = [row for name, row in rows.items() if "thread(s)" in name]
+    assert len(threads) == 4  # 1 and 4 threads, on one log and on own stores
+    for row in payload["results"]:
+        assert row["value"] == row["value"] and row["value"] > 0, row  # not NaN
+    assert payload["loadavg_before_after_case"].keys() == {"single", "multi", "threads"}
+
+
 def test_plots_draw_every_picture_from_benchmark_json(tmp_path: Path) -> None:
     """timeline_bench's JSON, a metrics_bench-shaped and a runner-shaped report -> four PNGs,
     byte-identical when redrawn from the same JSON."""
