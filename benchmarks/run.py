@@ -41,6 +41,7 @@ SCRIPTS: dict[str, str] = {
     "log": "benchmarks.log_bench",
     "cleaner": "benchmarks.cleaner_bench",
     "offset_map": "benchmarks.offset_map_bench",
+    "kafka_cleaner": "benchmarks.kafka_cleaner_bench",
     "compactness": "benchmarks.compactness_bench",
     "metrics": "benchmarks.metrics_bench",
     "compression": "benchmarks.compression_bench",

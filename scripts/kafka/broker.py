@@ -77,8 +77,12 @@ class KafkaBroker:
     Not thread-safe.
     """
 
-    def __init__(self, dist: KafkaDist, work_dir: Path) -> None:
+    def __init__(
+        self, dist: KafkaDist, work_dir: Path, *, jvm_opts: Sequence[str] = BROKER_JVM_OPTS
+    ) -> None:
         self.dist = dist
+        self.jvm_opts = tuple(jvm_opts)
+        """JVM options of the broker (default: C1 only and a small heap, for short tests)."""
         self.work_dir = work_dir
         self.log_dir = work_dir / "data"
         self.metadata_dir = work_dir / "metadata"
@@ -95,6 +99,13 @@ class KafkaBroker:
         if self._proc is None:
             raise KafkaRuntimeError("the broker is not running")
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """The process id of the running broker's JVM (it leads its own process group)."""
+        if self._proc is None:
+            raise KafkaRuntimeError("the broker is not running")
+        return self._proc.pid
 
     @property
     def running(self) -> bool:
@@ -172,7 +183,7 @@ class KafkaBroker:
         self._out.flush()
         self._proc = subprocess.Popen(
             self.dist.java_argv(
-                BROKER_MAIN, [str(self.config_file)], jvm_opts=BROKER_JVM_OPTS, log4j="broker"
+                BROKER_MAIN, [str(self.config_file)], jvm_opts=self.jvm_opts, log4j="broker"
             ),
             stdin=subprocess.DEVNULL,
             stdout=self._out,
