@@ -83,7 +83,9 @@ stores must be reopened.  An error in T3 fails the coordinator
 (:class:`~statestore.errors.TransactionCoordinatorError`; whether the
 decision is on disk is known only at the next open, which decides by it).
 An error in T4 or T5 fails that partition (the commit itself stands and is
-visible after reopening).
+visible after reopening); the other partitions still get their markers and
+their RocksDB writes, so none keeps the transaction open for the next one to
+join, and the first error is raised at the end.
 
 Fault injection: :attr:`TransactionCoordinator.fault_hook`, when set, is
 called with the name of each step just completed (:data:`COMMIT_STEPS`,
@@ -424,23 +426,41 @@ class TransactionCoordinator:
         )
         self._decide(parts, [member.changelog for member, _records in work])  # T3
         self._step("T3")
-        ends = []
-        for (member, _records), part in zip(work, parts, strict=True):  # T4
-            marker = member.append_marker(
-                ControlRecordType.COMMIT, producer_id=pid, producer_epoch=epoch, defer_flush=True
-            )
-            ends.append(marker.last_offset + 1)
+        # From here the transaction is committed: a partition that fails T4 or T5 is
+        # failed (its store restores it, recovery writes its marker), and the others
+        # still get theirs, so no partition keeps this transaction open to be joined
+        # by the next one.  The first error is raised at the end.
+        errors: list[Exception] = []
+        applied: list[tuple[Participant, Records, int]] = []
+        for (member, records), part in zip(work, parts, strict=True):  # T4
+            try:
+                marker = member.append_marker(
+                    ControlRecordType.COMMIT,
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    defer_flush=True,
+                )
+            except Exception as exc:  # noqa: BLE001 - raised after the others' markers
+                errors.append(exc)
+                member.forget(records)  # the partition is failed; reopening restores them
+                continue
             with self._lock:
                 waiting = self._waiting.get((part.topic, part.partition))
                 if waiting is not None and waiting.first_offset == part.first_offset:
                     waiting.marker_offset = marker.last_offset
-            if len(ends) == 1:
+            applied.append((member, records, marker.last_offset + 1))
+            if len(applied) + len(errors) == 1:
                 self._step("T4.1")
         self._step("T4")
-        for (member, records), end in zip(work, ends, strict=True):  # T5
-            member.apply(records, end)
+        for member, records, end in applied:  # T5
+            try:
+                member.apply(records, end)
+            except Exception as exc:  # noqa: BLE001 - raised after the others are applied
+                errors.append(exc)
             member.forget(records)
         self._step("T5")
+        if errors:
+            raise errors[0]
         return sum(len(records) for _member, records in work)
 
     def _abort_written(self, written: Sequence[tuple[Participant, Records]]) -> None:

@@ -200,3 +200,69 @@ def test_a_partition_refusing_its_batch_aborts_the_others_and_keeps_the_writes(
         assert manager.store("a")["x"] == 1
         small = manager.store("small", log_config=LogConfig(max_message_bytes=1024))
         assert dict(small.items()) == {"k0": "fits"}
+
+
+def test_a_marker_that_fails_fails_its_partition_and_the_commit_stands(tmp_path: Path) -> None:
+    """T4 fails on one partition (an I/O error): the others get their markers and RocksDB."""
+    from statestore.errors import CommitFailedError  # noqa: PLC0415
+
+    state = tmp_path / "s"
+    with StateManager(state, config=NO_CLEANER) as manager:
+        a, b = manager.store("a"), manager.store("b")
+        a["x"], b["y"] = 1, 2
+        broken = b.changelog
+
+        def fail(*_args: object, **_kwargs: object) -> None:
+            raise OSError(5, "injected EIO")
+
+        broken.append_marker = fail  # type: ignore[method-assign]
+        with pytest.raises(CommitFailedError) as caught:
+            manager.commit()
+        assert caught.value.written is True and caught.value.store == "b"
+        assert b.state.value == "failed"
+        assert a.state.value == "open" and a["x"] == 1 and a.pending_count == 0
+        assert batches(a.changelog) == [(True, False), (True, True)]
+        del broken.append_marker
+        b = manager.store("b")  # reopened: recovery rolls its transaction forward
+        assert b["y"] == 2
+    with StateManager(state, config=NO_CLEANER) as manager:
+        assert (manager.store("a")["x"], manager.store("b")["y"]) == (1, 2)
+
+
+def test_an_exhausted_epoch_draws_a_new_producer_id(tmp_path: Path) -> None:
+    from statestore.txn.record import (  # noqa: PLC0415
+        TransactionStateRecord,
+        encode_value,
+    )
+
+    state = tmp_path / "s"
+    with StateManager(state, config=NO_CLEANER) as manager:
+        pid = manager.coordinator.producer_id
+    with Log.open(state / TRANSACTION_LOG_DIR) as log:
+        record = TransactionStateRecord(
+            producer_id=pid,
+            producer_epoch=32766,
+            state=TransactionState.EMPTY,
+            last_update_timestamp_ms=0,
+            partitions=(),
+        )
+        log.append([(encode_key(), encode_value(record))])
+    with StateManager(state, config=NO_CLEANER) as manager:
+        assert manager.coordinator.producer_id != pid
+        assert manager.coordinator.producer_epoch == 0
+
+
+def test_another_producers_open_transaction_is_aborted_at_open(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    with StateManager(state, config=NO_CLEANER) as manager:
+        a = manager.store("a")
+        a["kept"] = 1
+        a.commit()
+    with Log.open(state / "a-changelog-0") as log:  # as a broker-written partition might hold
+        log.append_transactional([(b"foreign", b"\xa1x")], producer_id=77, producer_epoch=3)
+        log.append([(b"after", b"\x02")])
+        assert log.last_stable_offset == 1
+    with StateManager(state, config=NO_CLEANER) as manager:
+        a = manager.store("a")
+        assert dict(a.items()) == {"kept": 1, "after": 2}  # "after" was behind the open one
+        assert [t.producer_id for t in a.changelog.aborted_transactions(0, 10)] == [77]
