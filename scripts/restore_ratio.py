@@ -72,7 +72,12 @@ def _status(name: str) -> int:
 
 
 def rss_child(side: str, state_dir: str, n: int) -> None:
-    """In a fresh process: reset VmHWM, restore (or raw-load), print the RSS growth."""
+    """In a fresh process: reset VmHWM, restore (or raw-load), print the RSS growth.
+
+    statestore's modules are imported before the measurement on both sides (they add
+    ~38 MB of RSS, numpy included, which is the library's import, not the restore's).
+    """
+    store_bench._imports()
     if side == "raw":
         ks, vs = make_keys(n), make_values(n)
         prs = store_bench.packed_pairs(ks, vs)
