@@ -59,6 +59,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from changelog import ChangelogError, CleanerService, LogConfig, LogLockedError
+from changelog.fs import files
 from changelog.fs.lock import DirectoryLock
 from statestore.config import STORE_LOG_CONFIG, RocksDBConfig, StateManagerConfig, StoreConfig
 from statestore.errors import (
@@ -139,8 +140,10 @@ class StateManager:
         self._state = StoreState.CREATED
         self._label = f"[state {self._dir}]"
         try:
-            self._dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
+            # each new directory's entry fsynced in its parent: a power cut after the first
+            # acknowledged commit must not take the whole state directory with it
+            files.make_dirs(self._dir, "state_dir.mkdir")
+        except (OSError, ChangelogError) as exc:
             raise InvalidStoreConfigError("state_dir", str(state_dir), str(exc)) from exc
         self._dir_lock = DirectoryLock(self._dir)
         try:
