@@ -3,6 +3,7 @@
 Usage::
 
     python -m benchmarks.kafka_cleaner_bench [--quick | --tiny] [--reps N]
+    python -m benchmarks.kafka_cleaner_bench --kafka-buffer-bytes 8388608   # Kafka in one pass too
 
 The input is the benchmark log of issue 18: a store changelog of 1M writes over 200k
 keys in random order (16-byte keys, ~110-byte msgpack values, batches of 1,000, three
@@ -35,7 +36,9 @@ defaults), repetitions interleaved.
   the cleaner does not use).
 * What neither side counts: opening or loading the log, the JVM's or Python's start.
 
-Target (issue 18): our time <= 2x Kafka's.  Prints a table and one JSON line.
+Target (issue 18): our time <= 2x Kafka's with the same buffer.  ``--kafka-buffer-bytes``
+gives Kafka another buffer (8 MiB holds the 200k keys in one pass, as our 4 MiB does),
+to compare equal pass counts; that row has no target.  Prints a table and one JSON line.
 """
 
 from __future__ import annotations
@@ -355,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--tiny", action="store_true", help="20k records over 4k keys (tests)")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300, help="seconds per broker step")
+    parser.add_argument(
+        "--kafka-buffer-bytes",
+        type=int,
+        default=None,
+        help="Kafka's dedupe buffer instead of ours (e.g. one large enough for one pass)",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -379,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         records, keys, buffer_bytes, reps = 1_000_000, 200_000, 4 << 20, args.reps
     dist = fetch()
+    kafka_buffer = args.kafka_buffer_bytes or buffer_bytes
     ours: list[dict[str, Any]] = []
     kafka: list[dict[str, Any]] = []
     with scratch_dir("kafka-cleaner") as root:
@@ -393,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                     ours.append(run_ours(template, work, buffer_bytes))
                 else:
                     kafka.append(
-                        run_kafka(dist, template, warmup, work, buffer_bytes, args.timeout)
+                        run_kafka(dist, template, warmup, work, kafka_buffer, args.timeout)
                     )
                 print(
                     f"  rep {rep} {side}: {(ours if side == 'ours' else kafka)[-1]}",
@@ -410,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             unit="s",
             baseline_name=f"Kafka {KAFKA_VERSION} broker",
             baseline_value=kafka_s,
-            target=Target("ratio<=", 2.0),
+            target=Target("ratio<=", 2.0) if args.kafka_buffer_bytes is None else None,
             cpu_ratio=(
                 median([r["cpu_s"] for r in ours]) / median([r["cpu_s"] for r in kafka])
                 if all(r["cpu_s"] for r in kafka)
@@ -420,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
             baseline_samples=[r["seconds"] for r in kafka],
             note=(
                 f"{records:,} records, {keys:,} keys, {log_bytes / 1e6:.0f} MB, buffer "
-                f"{buffer_bytes / 2**20:g} MiB, one thread; passes: ours "
+                f"{buffer_bytes / 2**20:g} MiB (Kafka's "
+                f"{(args.kafka_buffer_bytes or buffer_bytes) / 2**20:g} MiB), one thread; passes: ours "
                 f"{len(ours[0]['passes'])}, Kafka {len(kafka[0]['passes'])}; CPU s ours "
                 + ", ".join(f"{r['cpu_s']:.2f}" for r in ours)
                 + ", Kafka's cleaner thread "
@@ -468,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
             "keys": keys,
             "log_bytes": log_bytes,
             "buffer_bytes": buffer_bytes,
+            "kafka_buffer_bytes": args.kafka_buffer_bytes or buffer_bytes,
             "ours": ours,
             "kafka": kafka,
         },
