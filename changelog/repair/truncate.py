@@ -25,7 +25,10 @@ and that an open either loads or refuses with a typed error, as before):
 - **K2** write ``recovery-point-offset-checkpoint`` = the base offset of the
   segment that will end the log (if it was above, missing or unreadable), so
   that segment is re-validated and the checkpoint is never above the log end.
-- **K3** lower ``cleaner-offset-checkpoint`` to the new log end offset (if above).
+- **K3** lower ``cleaner-offset-checkpoint`` and ``cleaner-swap-offset-checkpoint``
+  to the new log end offset (if above): the first says where the next cleaning pass
+  starts, the second which holes between segments compaction made (a stale value above
+  the new end would explain holes in segments appended after the cut).
 - **K4** rename the files of every segment wholly above the cut to
   ``.deleted``, newest first, an fsync of the directory after each segment
   (a crash leaves a prefix of the log, never a hole) [loader L2, L6].
@@ -56,6 +59,7 @@ from changelog.errors import CorruptDataError, LogStorageError, RepairRefusedErr
 from changelog.fs import files
 from changelog.fs.checkpoint import (
     CLEANER_CHECKPOINT,
+    CLEANER_SWAP_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     read_checkpoint,
@@ -137,6 +141,8 @@ class TruncationPlan:
     recovery_point_after: int
     cleaner_checkpoint_before: int | None
     cleaner_checkpoint_after: int | None
+    swap_checkpoint_before: int | None
+    swap_checkpoint_after: int | None
 
     @property
     def nothing_to_do(self) -> bool:
@@ -166,6 +172,11 @@ class TruncationPlan:
             out.append(
                 f"K3 write {d / CLEANER_CHECKPOINT}: {self.cleaner_checkpoint_before} ->"
                 f" {self.cleaner_checkpoint_after}"
+            )
+        if self.swap_checkpoint_after != self.swap_checkpoint_before:
+            out.append(
+                f"K3 write {d / CLEANER_SWAP_CHECKPOINT}: {self.swap_checkpoint_before} ->"
+                f" {self.swap_checkpoint_after}"
             )
         for segment in reversed(self.deleted_segments):
             out.append(
@@ -351,6 +362,10 @@ def plan_truncation(directory: Path, offset: int) -> TruncationPlan:
     cleaner_after = cleaner_before
     if cleaner_before is not None and cleaner_before > next_offset:
         cleaner_after = next_offset
+    swap_before = _checkpoint_or_none(directory / CLEANER_SWAP_CHECKPOINT)
+    swap_after = swap_before
+    if swap_before is not None and swap_before > next_offset:
+        swap_after = next_offset
     return TruncationPlan(
         directory=directory,
         requested_offset=offset,
@@ -374,6 +389,8 @@ def plan_truncation(directory: Path, offset: int) -> TruncationPlan:
         recovery_point_after=rp_after,
         cleaner_checkpoint_before=cleaner_before,
         cleaner_checkpoint_after=cleaner_after,
+        swap_checkpoint_before=swap_before,
+        swap_checkpoint_after=swap_after,
     )
 
 
@@ -456,6 +473,13 @@ def apply_truncation(plan: TruncationPlan, *, config: LogConfig | None = None) -
         ):
             write_offset_checkpoint(
                 directory / CLEANER_CHECKPOINT, topic, partition, plan.cleaner_checkpoint_after
+            )  # K3
+        if (
+            plan.swap_checkpoint_after is not None
+            and plan.swap_checkpoint_after != plan.swap_checkpoint_before
+        ):
+            write_offset_checkpoint(
+                directory / CLEANER_SWAP_CHECKPOINT, topic, partition, plan.swap_checkpoint_after
             )  # K3
         for segment in reversed(plan.deleted_segments):  # K4, newest first
             for suffix in files.SEGMENT_SUFFIXES:

@@ -188,3 +188,28 @@ def test_index_rebuild_refuses_a_damaged_log(plain: Path) -> None:
     first.write_bytes(bytes(data))
     with pytest.raises(RepairRefusedError, match="truncate first"):
         plan_index_rebuild(plain, config=CONFIG)
+
+
+def test_truncation_lowers_the_cleaner_checkpoints_to_the_new_end(tmp_path: Path) -> None:
+    from changelog import CleanerConfig  # noqa: PLC0415
+    from changelog.cleaner.clean import clean_log  # noqa: PLC0415
+    from changelog.fs.checkpoint import (  # noqa: PLC0415
+        CLEANER_CHECKPOINT,
+        CLEANER_SWAP_CHECKPOINT,
+        read_checkpoint,
+    )
+
+    directory = tmp_path / "cleaned-0"
+    with Log.open(directory, config=CONFIG) as log:
+        for i in range(30):
+            log.append([(f"k{i % 3}".encode(), f"v{i}".encode()) for _ in range(4)])
+        log.roll()
+        assert clean_log(log, force=True, config=CleanerConfig(dedupe_buffer_size_bytes=1 << 20))
+    swap = max(read_checkpoint(directory / CLEANER_SWAP_CHECKPOINT).values())
+    assert swap > 20
+    plan = plan_truncation(directory, 20)
+    assert plan.swap_checkpoint_before == swap
+    assert plan.cleaner_checkpoint_after == plan.swap_checkpoint_after == plan.log_end_offset_after
+    end = apply_truncation(plan, config=CONFIG)
+    assert max(read_checkpoint(directory / CLEANER_SWAP_CHECKPOINT).values()) == end
+    assert max(read_checkpoint(directory / CLEANER_CHECKPOINT).values()) == end
