@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
 from statestore.errors import (
+    AppliedOffsetMismatchError,
     CommitFailedError,
+    CorruptStoreMetadataError,
     DeserializationError,
     InvalidStateStoreError,
     InvalidStoreConfigError,
@@ -14,10 +16,14 @@ from statestore.errors import (
     StateDirLockedError,
     StateStoreError,
     StoreEngineError,
+    StoreLayoutError,
+    StoreMetadataError,
+    StoreMetadataMismatchError,
     TransactionCoordinatorError,
     TransactionLogCorruptError,
 )
 from statestore.manager import StateManager
+from statestore.migrate import migrate_store
 from statestore.partitioner import murmur2, partition_for
 from statestore.serdes import AttrsSerde, BytesSerde, IntSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.lifecycle import StoreState
@@ -26,9 +32,11 @@ from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import TransactionCoordinator
 
 __all__ = [
+    "AppliedOffsetMismatchError",
     "AttrsSerde",
     "BytesSerde",
     "CommitFailedError",
+    "CorruptStoreMetadataError",
     "DeserializationError",
     "IntSerde",
     "InvalidStateStoreError",
@@ -49,11 +57,15 @@ __all__ = [
     "StateStoreError",
     "StoreConfig",
     "StoreEngineError",
+    "StoreLayoutError",
+    "StoreMetadataError",
+    "StoreMetadataMismatchError",
     "StoreState",
     "StringSerde",
     "TransactionCoordinator",
     "TransactionCoordinatorError",
     "TransactionLogCorruptError",
+    "migrate_store",
     "murmur2",
     "partition_for",
 ]

@@ -12,8 +12,13 @@
     ├── StoreEngineError             RocksDB failed (the rocksdict error is the ``__cause__``)
     ├── CommitFailedError            the changelog append of a commit failed
     ├── RestoreError                 the changelog could not be replayed into the store
+    │   └── AppliedOffsetMismatchError   RocksDB's applied offset and the changelog disagree
     ├── TransactionLogCorruptError   a record of the coordinator's log does not parse
-    └── TransactionCoordinatorError  the coordinator is failed (its log took an I/O error)
+    ├── TransactionCoordinatorError  the coordinator is failed (its log took an I/O error)
+    └── StoreMetadataError           the store's metadata file cannot be used as it is
+        ├── CorruptStoreMetadataError    unreadable, truncated or failing its checksum
+        ├── StoreMetadataMismatchError   the open asks for other settings than were recorded
+        └── StoreLayoutError             the partition directories disagree with the metadata
 
 Every error carries structured fields (``store``, ``partition``, ``path``,
 ``state``, ...) besides its message.  Errors of the layers below
@@ -24,10 +29,13 @@ stays available as ``__cause__``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
+    "AppliedOffsetMismatchError",
     "CommitFailedError",
+    "CorruptStoreMetadataError",
     "DeserializationError",
     "InvalidStateStoreError",
     "InvalidStoreConfigError",
@@ -37,6 +45,9 @@ __all__ = [
     "StateDirLockedError",
     "StateStoreError",
     "StoreEngineError",
+    "StoreLayoutError",
+    "StoreMetadataError",
+    "StoreMetadataMismatchError",
     "TransactionCoordinatorError",
     "TransactionLogCorruptError",
 ]
@@ -203,3 +214,121 @@ class TransactionCoordinatorError(StateStoreError):
         super().__init__(f"transaction coordinator of {path} is failed; reopen: {detail}")
         self.path = path
         self.detail = detail
+
+
+class AppliedOffsetMismatchError(RestoreError):
+    """RocksDB's durable applied offset is implausible for the changelog it belongs to.
+
+    The store refuses to open rather than rebuild RocksDB from a changelog that
+    has lost records RocksDB had applied (``applied_offset`` above
+    ``log_end_offset`` under the default one-fsync-per-append policy), or that
+    is missing records below the offset RocksDB has applied up to while no
+    retention could have removed them (``applied_offset`` below
+    ``log_start_offset`` under ``compact`` only).  ``recovery_point`` is the
+    changelog's recovery point at open.  docs/recovery.md lists the remedies.
+    """
+
+    def __init__(
+        self,
+        store: str,
+        partition: int,
+        *,
+        applied_offset: int,
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+        reason: str,
+    ) -> None:
+        super().__init__(
+            store,
+            partition,
+            applied_offset,
+            f"RocksDB's applied offset {applied_offset} does not fit the changelog "
+            f"[log start {log_start_offset}, log end {log_end_offset}, recovery point "
+            f"{recovery_point}]: {reason}; nothing was changed (see docs/recovery.md, "
+            "'RocksDB ahead of its changelog')",
+        )
+        self.applied_offset = applied_offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.recovery_point = recovery_point
+        self.reason = reason
+
+
+class StoreMetadataError(StateStoreError):
+    """The metadata file of store ``store`` (``path``) cannot be used as it is."""
+
+    def __init__(self, store: str, path: Path, message: str) -> None:
+        super().__init__(message)
+        self.store = store
+        self.path = path
+
+
+class CorruptStoreMetadataError(StoreMetadataError):
+    """The metadata file is unreadable: not JSON, truncated, of an unknown format or
+    version, or failing its CRC-32C.  It is never rewritten silently.
+
+    ``reason`` says what was found; ``position`` is the byte offset of a parse
+    error (``None`` when the error is not at one place, e.g. a checksum).
+    """
+
+    def __init__(self, store: str, path: Path, reason: str, position: int | None = None) -> None:
+        at = "" if position is None else f" at byte {position}"
+        super().__init__(
+            store,
+            path,
+            f"store metadata {path} is corrupt{at}: {reason} (nothing was changed; "
+            "see docs/operations.md, 'Store metadata')",
+        )
+        self.reason = reason
+        self.position = position
+
+
+class StoreMetadataMismatchError(StoreMetadataError, ValueError):
+    """The open asks for settings other than those recorded in the store's metadata.
+
+    ``setting``, ``stored`` and ``requested`` describe the first difference;
+    ``mismatches`` lists every one as ``(setting, stored, requested)``.  Nothing
+    was changed on disk.  docs/operations.md says how to migrate.
+    """
+
+    def __init__(
+        self, store: str, path: Path, mismatches: Sequence[tuple[str, object, object]]
+    ) -> None:
+        listed = "; ".join(
+            f"{name}: stored {old!r}, asked {new!r}" for name, old, new in mismatches
+        )
+        super().__init__(
+            store,
+            path,
+            f"store {store!r} was created with other settings ({path}): {listed}. Nothing "
+            "was changed; to change them, migrate the store (docs/operations.md, "
+            "'Migrating a store')",
+        )
+        self.mismatches = tuple(mismatches)
+        self.setting, self.stored, self.requested = self.mismatches[0]
+
+
+class StoreLayoutError(StoreMetadataError):
+    """The store's partition directories disagree with its metadata (or prove nothing).
+
+    ``expected`` is the partition count the metadata records (``None`` when there
+    is no metadata) and ``found`` the partition numbers of the
+    ``<store>-changelog-<p>`` directories present.  Nothing was changed.
+    """
+
+    def __init__(
+        self,
+        store: str,
+        path: Path,
+        *,
+        expected: int | None,
+        found: Sequence[int],
+        reason: str,
+    ) -> None:
+        super().__init__(
+            store, path, f"store {store!r} in {path.parent}: {reason}; nothing was changed"
+        )
+        self.expected = expected
+        self.found = tuple(found)
+        self.reason = reason

@@ -5,8 +5,20 @@ Layout of a state directory (see docs/concepts.md)::
     <state_dir>/
         .lock                       held (flock LOCK_EX|LOCK_NB) by the owning manager
         __transaction_state-0/      the transaction coordinator's decisions (statestore.txn)
+        <store>.metadata.json       what <store> was created with (statestore.stores.metadata)
         <store>-changelog-<p>/      the changelog partition p of <store> (Kafka partition dir)
         <store>-rocksdb-<p>/        the RocksDB of partition p of <store>
+
+The state directory and any missing parents are created with
+:func:`changelog.fs.files.make_dirs` (each new entry's parent fsynced), so a
+commit acknowledged in a new state directory survives a power cut.
+
+Opening a store checks it against its metadata first
+(:func:`statestore.stores.metadata.reconcile`: a setting not given is the
+recorded one, a given one must equal it), builds and restores it, and then
+records the metadata when it is new or changed (the restore-mode switch
+protocol M1-M2 of :class:`~statestore.stores.metadata.Reconciled`), before the
+store is handed out and before the cleaner sees its changelogs.
 
 Transactions: the manager owns the state directory's transaction coordinator
 (:class:`~statestore.txn.coordinator.TransactionCoordinator`), opened right
@@ -58,10 +70,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+import attrs
+
 from changelog import ChangelogError, CleanerService, LogConfig, LogLockedError
 from changelog.fs import files
 from changelog.fs.lock import DirectoryLock
-from statestore.config import STORE_LOG_CONFIG, RocksDBConfig, StateManagerConfig, StoreConfig
+from statestore.config import (
+    STORE_LOG_CONFIG,
+    RestoreMode,
+    RocksDBConfig,
+    StateManagerConfig,
+    StoreConfig,
+)
 from statestore.errors import (
     CommitFailedError,
     InvalidStateStoreError,
@@ -69,14 +89,16 @@ from statestore.errors import (
     StateDirLockedError,
     StateStoreError,
     StoreEngineError,
+    StoreMetadataError,
 )
 from statestore.metrics.cleaner import register_cleaner_metrics
 from statestore.metrics.registry import MetricsRegistry
 from statestore.metrics.snapshot import nest_samples
-from statestore.serdes import MsgpackSerde, Serde, StringSerde, serde_for_type
+from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde, serde_for_type
 from statestore.stores.builder import build_store
 from statestore.stores.engine import new_block_cache
 from statestore.stores.lifecycle import StoreState
+from statestore.stores.metadata import read_metadata, reconcile, serde_identity, write_metadata
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener
 from statestore.stores.spec import StoreSpec
 from statestore.stores.typed import KeyValueStore
@@ -122,7 +144,9 @@ class StateManager:
         """Lock ``state_dir`` (created if missing), open the transaction coordinator, start the cleaner.
 
         ``log_config``/``rocksdb`` are the defaults for stores that do not pass
-        their own.  Raises :class:`StateDirLockedError` if another manager (in
+        their own (an existing store that passes no ``log_config`` anywhere uses
+        the one it recorded; a new one gets ``log_config`` or
+        :data:`~statestore.config.STORE_LOG_CONFIG`).  Raises :class:`StateDirLockedError` if another manager (in
         this or another process) owns the directory.  ``fault_hook`` is for
         crash-injection tests only: the coordinator calls it after every
         numbered step of its protocols (:attr:`TransactionCoordinator.fault_hook
@@ -131,7 +155,7 @@ class StateManager:
         self._dir = Path(state_dir)
         self._clock = clock
         self._config = config if config is not None else StateManagerConfig()
-        self._default_log_config = log_config if log_config is not None else STORE_LOG_CONFIG
+        self._given_log_config = log_config
         self._default_rocksdb = rocksdb if rocksdb is not None else RocksDBConfig()
         self._lock = threading.RLock()
         self._stores: dict[str, KeyValueStore[Any, Any]] = {}
@@ -145,6 +169,8 @@ class StateManager:
             files.make_dirs(self._dir, "state_dir.mkdir")
         except (OSError, ChangelogError) as exc:
             raise InvalidStoreConfigError("state_dir", str(state_dir), str(exc)) from exc
+        if not self._dir.is_dir():
+            raise InvalidStoreConfigError("state_dir", str(state_dir), "not a directory")
         self._dir_lock = DirectoryLock(self._dir)
         try:
             self._dir_lock.acquire()
@@ -250,7 +276,7 @@ class StateManager:
         value_serde: Serde[Any] | None = None,
         key_type: type[Any] | None = None,
         value_type: type[Any] | None = None,
-        partitions: int = 1,
+        partitions: int | None = None,
         log_config: LogConfig | None = None,
         rocksdb: RocksDBConfig | None = None,
         config: StoreConfig | None = None,
@@ -262,24 +288,99 @@ class StateManager:
         Keys default to UTF-8 strings and values to msgpack; ``key_type`` /
         ``value_type`` (``bytes``, ``str``, ``int`` or an attrs class) pick a
         built-in serde, ``key_serde`` / ``value_serde`` any :class:`Serde`.
+
+        The store's metadata file records its partitions, serdes, restore mode
+        and changelog settings (docs/operations.md, "Store metadata").
+        ``partitions`` and ``log_config`` left out mean "as recorded" (a new
+        store: 1 partition, the manager's ``log_config`` or
+        :data:`~statestore.config.STORE_LOG_CONFIG`); given, and the serdes
+        always, they must equal what was recorded, else
+        :class:`~statestore.errors.StoreMetadataMismatchError` (nothing is
+        changed; migrate with :func:`statestore.migrate_store`).  A different
+        ``config.restore_mode`` is a safe switch: switching to ``incremental``
+        rebuilds RocksDB from the changelog first.
+
         Asking again for an open store returns it; asking with different
         settings raises :class:`InvalidStoreConfigError`.  Asking for a store
         that failed (or was closed by hand) reopens it, restoring it from its
         changelog.
         """
-        if not isinstance(name, str) or not _STORE_NAME.match(name) or name in (".", ".."):
-            raise InvalidStoreConfigError("name", name, "must be 1-200 of [A-Za-z0-9._-]")
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        if partitions is not None and (
+            isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+        ):
             raise InvalidStoreConfigError("partitions", partitions, "must be an integer >= 1")
-        spec = StoreSpec(
-            name=name,
-            partitions=partitions,
+        config = config if config is not None else StoreConfig()
+        return self._open_store(
+            name,
             key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
             value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
-            log_config=log_config if log_config is not None else self._default_log_config,
-            rocksdb=rocksdb if rocksdb is not None else self._default_rocksdb,
-            config=config if config is not None else StoreConfig(),
+            check_serdes=True,
+            partitions=partitions,
+            log_config=log_config if log_config is not None else self._given_log_config,
+            rocksdb=rocksdb,
+            config=config,
+            restore_mode=config.restore_mode,
+            rebuild=False,
+            restore_listener=restore_listener,
+            progress=progress,
         )
+
+    def raw_store(
+        self,
+        name: str,
+        *,
+        rebuild: bool = False,
+        rocksdb: RocksDBConfig | None = None,
+        restore_listener: StateRestoreListener | None = None,
+        progress: ProgressHook | None = None,
+    ) -> KeyValueStore[bytes, bytes]:
+        """The existing store ``name`` with keys and values as raw bytes, for tools (the CLI).
+
+        Every setting is the recorded one (partitions, restore mode, changelog
+        settings); the serdes are not checked and nothing is recorded.  A
+        state directory without a metadata file (made before it existed) is
+        opened with the partitions its ``<name>-changelog-<p>`` directories
+        prove and a full restore.  ``rebuild`` rebuilds RocksDB from the
+        changelog whatever the restore mode, and whatever RocksDB held: it
+        skips the cross-check that refuses a RocksDB ahead of its changelog
+        (:class:`~statestore.errors.AppliedOffsetMismatchError`), so it is the
+        operator's remedy for that error (``statestore restore``).  Writes go in as given: bytes the
+        store's own serdes must be able to read.
+        """
+        return self._open_store(
+            name,
+            key_serde=BytesSerde(),
+            value_serde=BytesSerde(),
+            check_serdes=False,
+            partitions=None,
+            log_config=None,
+            rocksdb=rocksdb,
+            config=StoreConfig(),
+            restore_mode=None,
+            rebuild=rebuild,
+            restore_listener=restore_listener,
+            progress=progress,
+        )
+
+    def _open_store(
+        self,
+        name: str,
+        *,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        check_serdes: bool,
+        partitions: int | None,
+        log_config: LogConfig | None,
+        rocksdb: RocksDBConfig | None,
+        config: StoreConfig,
+        restore_mode: RestoreMode | None,
+        rebuild: bool,
+        restore_listener: StateRestoreListener | None,
+        progress: ProgressHook | None,
+    ) -> KeyValueStore[Any, Any]:
+        if not isinstance(name, str) or not _STORE_NAME.match(name) or name in (".", ".."):
+            raise InvalidStoreConfigError("name", name, "must be 1-200 of [A-Za-z0-9._-]")
+        rocksdb = rocksdb if rocksdb is not None else self._default_rocksdb
         with self._lock:
             self._check_open("open a store")
             existing = self._stores.get(name)
@@ -294,21 +395,81 @@ class StateManager:
                 existing.close(flush=False)
                 existing = None
             if existing is not None:
-                if self._specs[name] != spec:
+                current = self._specs[name]
+                asked = StoreSpec(
+                    name=name,
+                    partitions=partitions if partitions is not None else current.partitions,
+                    key_serde=key_serde,
+                    value_serde=value_serde,
+                    log_config=log_config if log_config is not None else current.log_config,
+                    rocksdb=rocksdb,
+                    config=attrs.evolve(
+                        config,
+                        restore_mode=restore_mode
+                        if restore_mode is not None
+                        else current.config.restore_mode,
+                    ),
+                )
+                if asked != current or rebuild:
                     raise InvalidStoreConfigError(
                         "store", name, "is already open with different settings"
                     )
                 return existing
+            reconciled = reconcile(
+                self._dir,
+                store=name,
+                stored=read_metadata(self._dir, name),
+                partitions=partitions,
+                key_serde=serde_identity(key_serde) if check_serdes else None,
+                value_serde=serde_identity(value_serde) if check_serdes else None,
+                restore_mode=restore_mode,
+                log_config=log_config,
+                default_log_config=STORE_LOG_CONFIG,
+            )
+            meta = reconciled.metadata
+            spec = StoreSpec(
+                name=name,
+                partitions=meta.partitions,
+                key_serde=key_serde,
+                value_serde=value_serde,
+                log_config=meta.log_config,
+                rocksdb=rocksdb,
+                config=attrs.evolve(config, restore_mode=meta.restore_mode),
+            )
+            rebuild_reason = reconciled.rebuild_reason
+            if rebuild:
+                rebuild_reason = "rebuild asked for (RocksDB not cross-checked)"
             store, results = build_store(
                 spec,
                 state_dir=self._dir,
                 cache=self._cache,
                 clock=self._clock,
-                coordinator=self._coordinator,
                 listener=restore_listener,
+                coordinator=self._coordinator,
                 progress=progress,
                 metrics=self._metrics,
+                rebuild_reason=rebuild_reason,
+                cross_check=not rebuild,
             )
+            if reconciled.write:
+                try:
+                    write_metadata(self._dir, meta)  # M2: before the store is handed out
+                except StoreMetadataError:
+                    if self._metrics is not None:
+                        self._metrics.remove({"store": name})
+                    _collect([], store.close)
+                    raise
+                except BaseException:  # a test's SimulatedCrash: let go, write nothing
+                    store.abandon()
+                    raise
+                logger.info(
+                    "%s store %r: metadata recorded (%s partitions, restore %s%s)",
+                    self._label,
+                    name,
+                    meta.partitions,
+                    meta.restore_mode,
+                    ", adopted from the directory" if reconciled.adopted else "",
+                )
             self._stores[name] = store
             self._specs[name] = spec
             self._restore_results[name] = results

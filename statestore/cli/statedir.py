@@ -26,6 +26,7 @@ from typing import Final, cast
 
 import attrs
 
+from changelog.config import LogConfig
 from changelog.errors import CorruptRecordError, UnsupportedFormatError
 from changelog.fs.checkpoint import CLEANER_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 from changelog.fs.checkpoint import LOG_START_OFFSET_CHECKPOINT as LOG_START_CHECKPOINT
@@ -33,6 +34,7 @@ from changelog.fs.files import CLEAN_SHUTDOWN_FILE, LOG_SUFFIX, parse_base_offse
 from changelog.fs.lock import LOCK_FILE_NAME as LOCK_FILE
 from changelog.record.batch import decode_header, decode_key_values
 from statestore.cli.errors import UsageError
+from statestore.stores.metadata import StoreMetadata, read_metadata
 from statestore.stores.spec import rocksdb_dir
 
 __all__ = [
@@ -45,6 +47,8 @@ __all__ = [
     "lock_holder",
     "mapped",
     "read_checkpoint_offset",
+    "recorded_log_config",
+    "recorded_metadata",
     "scan_partition",
     "select_stores",
 ]
@@ -71,7 +75,8 @@ def find_stores(state_dir: Path) -> dict[str, StorePartitions]:
     """The stores of ``state_dir`` by name (from its ``<store>-changelog-<p>`` directories).
 
     Raises :class:`UsageError` when ``state_dir`` is missing or holds no store,
-    or when a store's partitions are not numbered ``0..N-1``.
+    or when a store's partitions are not numbered ``0..N-1`` or disagree with
+    the count recorded in its metadata file.
     """
     if not state_dir.exists():
         raise UsageError(f"{state_dir}: no such directory")
@@ -92,6 +97,12 @@ def find_stores(state_dir: Path) -> dict[str, StorePartitions]:
     stores: dict[str, StorePartitions] = {}
     for name, by_number in sorted(partitions.items()):
         numbers = sorted(by_number)
+        meta = read_metadata(state_dir, name)
+        if meta is not None and numbers != list(range(meta.partitions)):
+            raise UsageError(
+                f"{state_dir}: store {name!r} has changelog partitions {numbers}, but its "
+                f"metadata records {meta.partitions} (see docs/operations.md, 'Store metadata')"
+            )
         if numbers != list(range(len(numbers))):
             raise UsageError(
                 f"{state_dir}: store {name!r} has changelog partitions {numbers}, "
@@ -103,6 +114,25 @@ def find_stores(state_dir: Path) -> dict[str, StorePartitions]:
             rocksdb_dirs=tuple(rocksdb_dir(state_dir, name, n) for n in numbers),
         )
     return stores
+
+
+def recorded_metadata(partition_dir: Path) -> StoreMetadata | None:
+    """The metadata of the store a ``<store>-changelog-<p>`` directory belongs to, if recorded.
+
+    Read from ``<parent>/<store>.metadata.json``; ``None`` for a directory of
+    another name or without the file.  A damaged file raises
+    :class:`~statestore.errors.CorruptStoreMetadataError` (the open would too).
+    """
+    match = _CHANGELOG_DIR.match(partition_dir.name)
+    if match is None:
+        return None
+    return read_metadata(partition_dir.parent, match["store"])
+
+
+def recorded_log_config(partition_dir: Path) -> LogConfig | None:
+    """The changelog settings recorded for ``partition_dir``'s store (see :func:`recorded_metadata`)."""
+    meta = recorded_metadata(partition_dir)
+    return None if meta is None else meta.log_config
 
 
 def is_partition_dir(path: Path) -> bool:

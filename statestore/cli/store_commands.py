@@ -28,7 +28,12 @@ from statestore.cli.output import (
     write_json,
 )
 from statestore.cli.progress import Progress
-from statestore.cli.statedir import find_stores, is_partition_dir, select_stores
+from statestore.cli.statedir import (
+    find_stores,
+    is_partition_dir,
+    recorded_log_config,
+    select_stores,
+)
 
 __all__ = ["cmd_compact", "cmd_get", "cmd_restore", "cmd_scan"]
 
@@ -53,7 +58,8 @@ def _compact_one(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
     from changelog.config import LogConfig  # noqa: PLC0415
     from changelog.log import Log  # noqa: PLC0415
 
-    config = LogConfig()
+    recorded = recorded_log_config(directory)  # the store's real settings, when recorded
+    config = recorded if recorded is not None else LogConfig()
     if args.delete_retention_ms is not None:
         config = attrs.evolve(config, delete_retention_ms=args.delete_retention_ms)
     if args.min_compaction_lag_ms is not None:
@@ -163,11 +169,16 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 def _open_store(
     state_dir: Path, name: str, *, full_restore: bool, progress: Progress | None = None
 ) -> Iterator[Any]:
-    """Open store ``name`` of ``state_dir`` with raw bytes serdes (the lock, a restore)."""
-    from statestore.config import StateManagerConfig, StoreConfig  # noqa: PLC0415
+    """Open store ``name`` of ``state_dir`` with raw bytes serdes and its recorded settings.
+
+    Partitions, restore mode and changelog settings come from the store's
+    metadata file (:meth:`~statestore.StateManager.raw_store`); ``full_restore``
+    rebuilds RocksDB from the changelog whatever the recorded mode.
+    """
+    from statestore.config import StateManagerConfig  # noqa: PLC0415
     from statestore.manager import StateManager  # noqa: PLC0415
 
-    store_info = select_stores(find_stores(state_dir), name, state_dir)[0]
+    select_stores(find_stores(state_dir), name, state_dir)
 
     def hook(update: Any) -> None:
         if progress is not None:
@@ -176,14 +187,7 @@ def _open_store(
             progress.advance(0)
 
     with StateManager(state_dir, config=StateManagerConfig(run_cleaner=False)) as manager:
-        store = manager.store(
-            name,
-            key_type=bytes,
-            value_type=bytes,
-            partitions=store_info.partitions,
-            config=StoreConfig(restore_mode="full" if full_restore else "incremental"),
-            progress=hook,
-        )
+        store = manager.raw_store(name, rebuild=full_restore, progress=hook)
         yield manager, store
 
 

@@ -19,10 +19,14 @@ or takes a lock (verify works next to a running service):
    raises ``CorruptRecordError``), as is an unparsable
    ``cleaner-offset-checkpoint`` (the loader does not read it).
 
-verify plans with :class:`~changelog.config.LogConfig`'s defaults (one fsync
-per append, cleanup policy ``compact``), which is what stores use unless
-configured otherwise; a log written with another flush policy or with
-retention may be judged more strictly than its own open judges it.
+verify plans with the changelog settings recorded in the store's metadata
+file beside the partition directory (``<store>.metadata.json``: the flush
+policy and the cleanup policy matter), as the open does; a damaged metadata
+file is an error (the open refuses it too).  A partition directory without
+one (given alone, or from before the file existed) is planned with
+:class:`~changelog.config.LogConfig`'s defaults (one fsync per append,
+cleanup policy ``compact``): a log written with another flush policy or
+with retention may then be judged more strictly than its own open judges it.
 
 ``verify`` exits 1 on errors (and on warnings with ``--strict``).  The JSON
 output carries the open verdict on its own (``open.refused``, ``open.error``,
@@ -56,7 +60,8 @@ from changelog.log_dir import parse_topic_partition
 from changelog.record.batch import decode_header
 from statestore.cli.errors import UsageError
 from statestore.cli.progress import Progress
-from statestore.cli.statedir import mapped
+from statestore.cli.statedir import mapped, recorded_log_config
+from statestore.errors import CorruptStoreMetadataError
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -135,7 +140,27 @@ def _plan(directory: Path, report: PartitionReport) -> LoadPlan | None:
     """Step 1 of the module docstring: the loader's plan, or its refusal, as problems."""
     try:
         topic, partition = parse_topic_partition(directory)
-        plan = plan_load(directory, topic=topic, partition=partition)
+        plan = plan_load(
+            directory, topic=topic, partition=partition, config=recorded_log_config(directory)
+        )
+    except CorruptStoreMetadataError as exc:
+        report.verdict = OpenVerdict(
+            refused=True,
+            error=type(exc).__name__,
+            path=exc.path,
+            position=exc.position,
+            steps=(),
+            log_end_offset=None,
+        )
+        report.problems.append(
+            Problem(
+                "error",
+                exc.path,
+                exc.position,
+                f"the next open of this store refuses it ({type(exc).__name__}): {exc.reason}",
+            )
+        )
+        return None
     except ChangelogError as exc:
         path = getattr(exc, "path", directory)
         position = getattr(exc, "position", None)

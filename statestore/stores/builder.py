@@ -66,6 +66,8 @@ def build_store(
     listener: StateRestoreListener | None = None,
     progress: ProgressHook | None = None,
     metrics: MetricsRegistry | None = None,
+    rebuild_reason: str | None = None,
+    cross_check: bool = True,
 ) -> tuple[KeyValueStore[Any, Any], list[RestoreResult]]:
     """Open, restore and wrap every partition of ``spec``; the store is returned open.
 
@@ -74,6 +76,10 @@ def build_store(
     With ``metrics``, each partition's metrics are registered before its
     restore and a :class:`~statestore.metrics.metered.MeteredStore` goes on
     its write buffer (step 5); on a failure they are unregistered again.
+    ``rebuild_reason`` (a restore-mode switch, see :mod:`statestore.stores.metadata`)
+    makes step 2 rebuild every partition's RocksDB from its changelog;
+    ``cross_check=False`` (an operator's explicit rebuild) skips step 2's check
+    of RocksDB's applied offset against the changelog.
     """
     buffers: list[WriteBuffer] = []
     layers: list[BytesStore] = []
@@ -87,6 +93,8 @@ def build_store(
                 cache=cache,
                 clock=clock,
                 coordinator=coordinator,
+                rebuild_reason=rebuild_reason,
+                cross_check=cross_check,
             )
             buffer = WriteBuffer(part)
             buffers.append(buffer)
@@ -140,6 +148,8 @@ def _open_partition(
     cache: Any,
     clock: Callable[[], int] | None,
     coordinator: TransactionCoordinator,
+    rebuild_reason: str | None,
+    cross_check: bool,
 ) -> ChangeLoggingStore:
     """Steps 1-3 of the module docstring for one partition (not yet restored)."""
     label = f"[{spec.name}-{partition}]"
@@ -155,6 +165,11 @@ def _open_partition(
             ),
             destroy=lambda: RocksDBEngine.destroy(engine_path),
             label=label,
+            exists=engine_path.exists,
+            rebuild_reason=rebuild_reason,
+            cross_check=cross_check,
+            store=spec.name,
+            partition=partition,
         )
     except BaseException:
         _quietly(log.close)

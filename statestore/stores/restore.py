@@ -18,11 +18,30 @@ Two paths, one result (tests prove the state is identical):
 * **full** (the default): delete the RocksDB directory, open a fresh one and
   replay the changelog from its log start offset;
 * **incremental**: keep RocksDB and replay from the applied offset stored in it
-  (written in the same ``WriteBatch`` as the data it covers).  A stored offset
-  below the log start offset or above the log end offset means the two no
-  longer belong together (the log was replaced, truncated or restored from
-  elsewhere): the store is rebuilt from scratch, with a warning.  A RocksDB
-  directory with data but no offset is rebuilt likewise.
+  (written in the same ``WriteBatch`` as the data it covers).  A RocksDB
+  directory with data but no offset is rebuilt from scratch, with a warning.
+
+Cross-check (both modes, :func:`check_applied_offset`): RocksDB's durable
+applied offset is evidence of what the changelog held, so before anything is
+deleted it is held against the log start, log end and recovery point:
+
+====================================  =====================================================
+applied offset ``A``                  verdict
+====================================  =====================================================
+``A > log end`` (one fsync per        :class:`~statestore.errors.AppliedOffsetMismatchError`:
+append, the default)                  the changelog lost records RocksDB applied; nothing changed
+``A > log end`` (``flush_messages``   rebuild with a warning: the looser policy's documented
+> 1)                                  power-loss window
+``A < log start``, ``delete`` in the  incremental: rebuild with a warning (retention removed
+policy                                records; Kafka Streams resets likewise); full: harmless
+``A < log start``, ``compact`` only   incremental: ``AppliedOffsetMismatchError`` (only
+                                      retention moves the log start, and the cleaning barrier
+                                      kept the cleaner above ``A``); full: harmless (a stale
+                                      RocksDB, deleted anyway)
+``recovery point <= A <= log end``    harmless: RocksDB flushed after the log's last
+                                      recovery-point checkpoint (normal after a crash)
+``log start <= A <= log end``         consistent: replay from ``A`` (incremental)
+====================================  =====================================================
 
 Replay moves bytes only: values are never decoded.  Records are applied in
 ``WriteBatch`` es of about ``restore_batch_records`` (whole log batches) with the
@@ -50,10 +69,10 @@ from typing import Any, Protocol
 
 import attrs
 
-from changelog import ChangelogError, Log
+from changelog import ChangelogError, Log, LogConfig
 from changelog.record.batch import BatchHeader, apply_key_values, decode_key_values
 from statestore.config import RestoreMode
-from statestore.errors import RestoreError, StoreEngineError
+from statestore.errors import AppliedOffsetMismatchError, RestoreError, StoreEngineError
 from statestore.stores.engine import RocksDBEngine
 
 __all__ = [
@@ -63,6 +82,7 @@ __all__ = [
     "RestoreProgress",
     "RestoreResult",
     "StateRestoreListener",
+    "check_applied_offset",
     "open_engine",
     "plan_restore",
     "read_data_batches",
@@ -199,6 +219,64 @@ def plan_restore(
             reason=f"applied offset {applied_offset} is below the log start offset {log_start_offset}",
         )
     return RestorePlan(mode=mode, start_offset=applied_offset, rebuild=False, reason="incremental")
+
+
+def check_applied_offset(
+    mode: RestoreMode,
+    applied_offset: int | None,
+    *,
+    log_start_offset: int,
+    log_end_offset: int,
+    recovery_point: int,
+    config: LogConfig,
+    store: str,
+    partition: int,
+) -> str | None:
+    """The cross-check of the module docstring: ``None`` when RocksDB's durable applied
+    offset fits the log, a warning when it does not but that is explained and
+    harmless, :class:`~statestore.errors.AppliedOffsetMismatchError` when it is
+    implausible (then nothing has been changed).
+    """
+    if applied_offset is None or log_start_offset <= applied_offset <= log_end_offset:
+        return None
+
+    def refuse(reason: str) -> AppliedOffsetMismatchError:
+        return AppliedOffsetMismatchError(
+            store,
+            partition,
+            applied_offset=applied_offset,
+            log_start_offset=log_start_offset,
+            log_end_offset=log_end_offset,
+            recovery_point=recovery_point,
+            reason=reason,
+        )
+
+    if applied_offset > log_end_offset:
+        if config.flush_messages == 1:
+            raise refuse(
+                "the changelog ends before offsets RocksDB has applied, although every "
+                "append was fsynced (flush_messages=1): records acknowledged to the "
+                "application are missing from the changelog"
+            )
+        return (
+            f"applied offset {applied_offset} is beyond the log end offset {log_end_offset}: "
+            f"with flush_messages={config.flush_messages} a power cut may lose the "
+            "changelog's unflushed tail (documented); RocksDB is rebuilt from the changelog"
+        )
+    if mode == "full":
+        return None  # a stale RocksDB below the log start: deleted by the full restore anyway
+    if config.delete:
+        return (
+            f"applied offset {applied_offset} is below the log start offset "
+            f"{log_start_offset}: retention (cleanup_policy={config.cleanup_policy}) removed "
+            "records RocksDB had not applied; RocksDB is rebuilt from the log start"
+        )
+    raise refuse(
+        "the log starts after offsets RocksDB has not applied, but with "
+        f"cleanup_policy={config.cleanup_policy} only retention could move the log start "
+        "and the cleaning barrier kept the cleaner above the applied offset: records are "
+        "missing from the start of the changelog"
+    )
 
 
 class _NullListener:
@@ -347,22 +425,49 @@ def open_engine(
     open_: Callable[[], RocksDBEngine],
     destroy: Callable[[], None],
     label: str,
+    exists: Callable[[], bool] | None = None,
+    rebuild_reason: str | None = None,
+    cross_check: bool = True,
+    store: str = "",
+    partition: int = 0,
 ) -> tuple[RocksDBEngine, RestorePlan]:
     """Step 1: the engine to replay ``log`` into, opened by ``open_``, and the plan.
 
+    First the cross-check (:func:`check_applied_offset`) of RocksDB's applied
+    offset, read from the existing RocksDB (``exists()``; in ``full`` mode too,
+    before anything is deleted): an implausible one raises and nothing changes.
     ``full``: ``destroy`` the RocksDB directory, then open it empty.
-    ``incremental``: open it, read its applied offset and whether it holds
-    data, and keep it unless :func:`plan_restore` says to rebuild (then it is
-    closed, destroyed and opened empty, with a warning).  On an error nothing
-    stays open.
+    ``incremental``: keep it unless :func:`plan_restore` says to rebuild, the
+    cross-check explains a rebuild, or ``rebuild_reason`` is given (a restore-mode
+    switch): then it is closed, destroyed and opened empty, with a warning.  On an
+    error nothing stays open.  ``cross_check=False`` (an operator's explicit
+    rebuild, with ``rebuild_reason``) skips the cross-check: RocksDB is rebuilt
+    from the changelog whatever it held.
     """
     log_start, log_end = log.log_start_offset, log.log_end_offset
+
+    def check(applied: int | None) -> str | None:
+        if not cross_check:
+            return rebuild_reason
+        return check_applied_offset(
+            mode,
+            applied,
+            log_start_offset=log_start,
+            log_end_offset=log_end,
+            recovery_point=log.recovery_point,
+            config=log.config,
+            store=store,
+            partition=partition,
+        )
+
     if mode == "incremental":
         engine = open_()
         try:
+            applied = engine.applied_offset()
+            warning = check(applied) or rebuild_reason
             plan = plan_restore(
                 mode,
-                applied_offset=engine.applied_offset(),
+                applied_offset=applied,
                 has_data=not engine.is_empty(),
                 log_start_offset=log_start,
                 log_end_offset=log_end,
@@ -370,11 +475,25 @@ def open_engine(
         except BaseException:
             engine.close(flush=False)
             raise
+        if warning is not None:
+            plan = attrs.evolve(plan, start_offset=log_start, rebuild=True, reason=warning)
         if not plan.rebuild:
             return engine, plan
         logger.warning("%s rebuilding RocksDB from the changelog: %s", label, plan.reason)
         engine.close(flush=False)
     else:
+        if cross_check and exists is not None and exists():
+            try:
+                stale = open_()
+            except StoreEngineError as exc:  # RocksDB is rebuilt anyway: no evidence to check
+                logger.warning("%s old RocksDB unreadable, not cross-checked: %s", label, exc)
+            else:
+                try:
+                    warning = check(stale.applied_offset())
+                finally:
+                    stale.close(flush=False)
+                if warning is not None:
+                    logger.warning("%s %s", label, warning)
         plan = plan_restore(
             mode,
             applied_offset=None,

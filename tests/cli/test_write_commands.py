@@ -123,7 +123,8 @@ def test_restore_replaces_a_rocksdb_that_disagrees_with_the_changelog(
         manager.commit()
     shutil.rmtree(state / "users-rocksdb-0")
     shutil.copytree(other / "users-rocksdb-0", state / "users-rocksdb-0")
-    assert "intruder" in scanned(state, capsys)  # the foreign RocksDB is trusted until restored
+    # The store records restore_mode=full, which the CLI uses: the foreign RocksDB is never read.
+    assert "intruder" not in scanned(state, capsys)
     result = run_cli(["restore", str(state)], capsys)
     assert result.status == 0
     assert "restore: rebuilt RocksDB of 2 store(s)" in result.out

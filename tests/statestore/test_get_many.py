@@ -7,7 +7,6 @@ import random
 import pytest
 
 from statestore.errors import DeserializationError, InvalidStateStoreError
-from statestore.serdes import StringSerde
 from tests.statestore.conftest import OpenManager
 
 
@@ -62,9 +61,10 @@ def test_matches_get_after_random_writes(open_manager: OpenManager, seed: int) -
 
 def test_a_bad_value_is_named(open_manager: OpenManager) -> None:
     manager = open_manager()
-    writer = manager.store("kv", key_type=bytes, value_serde=StringSerde())
-    writer[b"ok"] = "1"  # b"1": msgpack's 49
-    writer[b"bad"] = "\u00c1"  # b"\xc3\x81": msgpack's True, then a stray byte
+    manager.store("kv", key_type=bytes).close()  # created with msgpack values
+    writer = manager.raw_store("kv")  # a tool's view: bytes in, unchecked
+    writer[b"ok"] = b"1"  # b"1": msgpack's 49
+    writer[b"bad"] = "\u00c1".encode()  # b"\xc3\x81": msgpack's True, then a stray byte
     writer.commit()
     writer.close()
     reader = manager.store("kv", key_type=bytes)  # msgpack values now: "x" is not msgpack

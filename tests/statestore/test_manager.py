@@ -39,8 +39,10 @@ def test_layout_is_changelog_and_rocksdb_dirs_side_by_side(
         "orders-changelog-1",
         "orders-rocksdb-0",
         "orders-rocksdb-1",
+        "orders.metadata.json",
         "users-changelog-0",
         "users-rocksdb-0",
+        "users.metadata.json",
     ]
     assert manager.stores["users"].changelog.topic == "users-changelog"
 

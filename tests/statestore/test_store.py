@@ -310,7 +310,8 @@ def test_approximate_num_entries(open_manager: OpenManager) -> None:
 
 def test_foreign_bytes_are_a_deserialization_error(open_manager: OpenManager) -> None:
     manager = open_manager()
-    raw = manager.store("kv", key_type=bytes, value_type=bytes)
+    manager.store("kv", key_type=bytes).close()  # created with msgpack values
+    raw = manager.raw_store("kv")  # a tool's view: bytes in, unchecked
     raw[b"k"] = b"\xc1"  # 0xc1 is never used in msgpack
     raw.commit()
     manager.close()
