@@ -53,7 +53,11 @@ def _add_formats(parser: argparse.ArgumentParser, *, key_default: str = "str") -
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    from statestore.cli import read_commands, store_commands  # noqa: PLC0415 - light --help
+    from statestore.cli import (  # noqa: PLC0415 - light --help
+        metadata_commands,
+        read_commands,
+        store_commands,
+    )
     from statestore.cli import top as top_command  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
@@ -153,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Run the log cleaner now over every changelog partition of a state directory (or one "
             "partition directory), whatever the dirty ratio. Takes the state directory's lock: "
             "stop the service first. The active segment is never cleaned; --roll closes it first. "
-            "Uses the default topic settings unless overridden."
+            "Uses each store's recorded changelog settings (its metadata file; Kafka's defaults "
+            "without one) unless overridden."
         ),
     )
     compact.add_argument("path", type=Path, metavar="STATE_DIR|PARTITION_DIR")
@@ -164,12 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument(
         "--delete-retention-ms",
         type=_non_negative,
-        help="delete.retention.ms for this pass (default 86400000)",
+        help="delete.retention.ms for this pass (default: the recorded one, else 86400000)",
     )
     compact.add_argument(
         "--min-compaction-lag-ms",
         type=_non_negative,
-        help="min.compaction.lag.ms for this pass (default 0)",
+        help="min.compaction.lag.ms for this pass (default: the recorded one, else 0)",
     )
     compact.add_argument("--json", action="store_true", help="machine-readable output")
     compact.set_defaults(func=store_commands.cmd_compact)
@@ -179,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="rebuild the RocksDB side of stores from their changelogs",
         description=(
             "Delete each store's RocksDB and replay its changelog from the log start offset "
-            "(a full restore). Takes the state directory's lock: stop the service first."
+            "(a full restore), whatever RocksDB held. Takes the state directory's lock: stop the "
+            "service first."
         ),
     )
     restore.add_argument("state_dir", type=Path, metavar="STATE_DIR")
@@ -222,6 +228,32 @@ def build_parser() -> argparse.ArgumentParser:
     from statestore.cli.repair import add_repair_parser  # noqa: PLC0415
 
     add_repair_parser(sub)
+
+    metadata = sub.add_parser(
+        "metadata",
+        help="show each store's recorded settings; migrate them with --set ... --apply",
+        description=(
+            "Print what each store's metadata file records (partitions, serdes, restore mode, "
+            "changelog settings; read-only). With --set FIELD=VALUE, --key-serde or "
+            "--value-serde, print the changes a migration would make, and make them with "
+            "--apply (takes the state directory's lock: stop the service first). "
+            "See docs/operations.md, 'Migrating a store'."
+        ),
+    )
+    metadata.add_argument("state_dir", type=Path, metavar="STATE_DIR")
+    metadata.add_argument("--store", help="only this store (required to migrate)")
+    metadata.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a new LogConfig value, e.g. segment_bytes=268435456 (repeatable)",
+    )
+    metadata.add_argument("--key-serde", metavar="ID", help="a new key serde identity")
+    metadata.add_argument("--value-serde", metavar="ID", help="a new value serde identity")
+    metadata.add_argument("--apply", action="store_true", help="record the changes")
+    metadata.add_argument("--json", action="store_true", help="machine-readable output")
+    metadata.set_defaults(func=metadata_commands.cmd_metadata)
     return parser
 
 

@@ -93,3 +93,33 @@ def test_inspect_refuses_partition_directories_the_metadata_does_not_know(
     result = run_cli(["inspect", str(state)], capsys)
     assert result.status != 0
     assert "metadata records 3" in result.err
+
+
+def test_metadata_shows_and_migrates_only_with_apply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    make_state(state)
+    shown = json.loads(run_cli(["metadata", str(state), "--json"], capsys).out)
+    assert shown["stores"][0]["recorded"]["partitions"] == 3
+    assert "log_config.segment_bytes" in run_cli(["metadata", str(state)], capsys).out
+    path = metadata_path(state, "kv")
+    before = path.read_bytes()
+    args = ["metadata", str(state), "--store", "kv", "--set", "segment_bytes=8192"]
+    result = run_cli([*args, "--value-serde", "msgpack-v2"], capsys)
+    assert result.status == 0
+    assert "nothing was changed" in result.out
+    assert path.read_bytes() == before
+    result = run_cli([*args, "--apply", "--json"], capsys)
+    assert json.loads(result.out)["changes"] == [
+        {"setting": "log_config.segment_bytes", "from": 2048, "to": 8192}
+    ]
+    assert read_metadata(state, "kv").log_config.segment_bytes == 8192  # type: ignore[union-attr]
+    bad = run_cli(["metadata", str(state), "--store", "kv", "--set", "segment_bytes=x"], capsys)
+    assert bad.status == 2
+    bad = run_cli(["metadata", str(state), "--store", "kv", "--set", "nope=1"], capsys)
+    assert bad.status == 2
+    with StateManager(state, config=QUIET):
+        locked = run_cli([*args[:-1], "segment_bytes=4096", "--apply"], capsys)
+    assert locked.status == 1
+    assert "lock" in locked.err

@@ -311,3 +311,142 @@ def test_syscall_order_of_commit_roll_swap_and_partition_creation(tmp_path: Path
     checkpoint = swap.index(f"rename {CLEANER_SWAP_CHECKPOINT}.tmp")
     first_s2 = next(i for i in renames if swap[i].endswith(".cleaned"))
     assert checkpoint < first_s2 and swap[checkpoint + 1] == f"fsync {PARTITION}", swap
+
+
+# ----------------------------------------------------------------- store creation (issue 13, part 3)
+
+STORE_PARENT = "apps/service-a"
+"""The state directory's parent does not exist either: the manager creates both."""
+
+
+def store_workload(root: Path, rec: Recorder, commits: int) -> None:
+    """Manager open (state directory and its parent created), a new store (partition
+    directory, metadata file), first commits, a clean close; then a reopen that switches
+    the restore mode (metadata rewritten), more commits, a crash.
+
+    RocksDB's own file operations are not seen by the recorder (they are not Python
+    ``os`` calls): every image has no RocksDB at all, which each open must survive by
+    replaying the changelog (RocksDB is a cache of it).
+    """
+    from statestore import StateManager, StateManagerConfig, StoreConfig  # noqa: PLC0415
+
+    state = root / STORE_PARENT / "state"
+    quiet = StateManagerConfig(run_cleaner=False, metrics_recording_level="OFF")
+    clock = _Clock()
+    incremental = StoreConfig(restore_mode="incremental")
+    manager = StateManager(state, clock, config=quiet, log_config=COMPACT)
+    store = manager.store("kv", key_type=bytes, value_type=bytes, config=incremental)
+    for i in range(commits):
+        for key, value in commit_ops(SEED, i):
+            if value is None:
+                store.delete(key)
+            else:
+                store.put(key, value)
+        manager.commit()
+        rec.mark("ack", i)
+    manager.close()
+    manager = StateManager(state, clock, config=quiet)  # log_config: the recorded one
+    store = manager.store("kv", key_type=bytes, value_type=bytes)  # full: a mode switch
+    for i in range(commits, commits + 3):
+        for key, value in commit_ops(SEED, i):
+            if value is None:
+                store.delete(key)
+            else:
+                store.put(key, value)
+        manager.commit()
+        rec.mark("ack", i)
+    manager.crash()
+
+
+def check_store_image(image: Path, acks: list[Any], cache: ModelCache) -> tuple[int, int]:
+    """``(lost, wrong)`` of one image: open it as the service would, read the store."""
+    from statestore import StateManager, StateManagerConfig  # noqa: PLC0415
+
+    state = image / STORE_PARENT / "state"
+    last = max(acks, default=-1)
+    if not state.exists():
+        return last + 1, 0  # the state directory's entry was not durable: nothing may be acked
+    quiet = StateManagerConfig(run_cleaner=False, metrics_recording_level="OFF")
+    with StateManager(state, config=quiet) as manager:
+        found = dict(manager.store("kv", key_type=bytes, value_type=bytes).items())
+    seq = seq_of(found)
+    return max(0, last - seq), int(found != cache.after(seq))
+
+
+def test_power_loss_images_of_store_creation_lose_no_acknowledged_commit(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    rec = Recorder(root)
+    rec.start()
+    with rec.recording():
+        store_workload(root, rec, 6)
+    cache = ModelCache(SEED)
+    rng = random.Random("store")
+    images = lost_total = wrong_total = unopenable = 0
+    failures: list[str] = []
+    for step in range(rec.steps + 1):
+        acks = rec.marks_before_crash(step)
+        for variant in range(2):
+            target = tmp_path / f"img{step}-{variant}"
+            rec.image(step, target, None if variant == 0 else rng)
+            images += 1
+            try:
+                lost, wrong = check_store_image(target, acks, cache)
+            except Exception as exc:  # noqa: BLE001 - any failure to open is the finding
+                unopenable += 1
+                failures.append(f"step {step} variant {variant}: {type(exc).__name__}: {exc}")
+                continue
+            lost_total += lost
+            wrong_total += wrong
+            if lost or wrong:
+                failures.append(f"step {step} variant {variant}: lost={lost} wrong={wrong}")
+    stats.record(
+        "power-loss.store-creation",
+        trials=images,
+        faults=images,
+        acked=len(rec.marks_before_crash(rec.steps)),
+        lost=lost_total,
+        wrong=wrong_total + unopenable,
+    )
+    stats.note("power-loss.store-creation", "steps", rec.steps)
+    assert images > 100
+    assert not failures, f"{len(failures)} bad image(s) of {images}: {failures[:5]}"
+
+
+def test_syscall_order_of_manager_open_and_store_creation(tmp_path: Path) -> None:
+    """Every new directory entry is fsynced in its parent before anything depends on it:
+    the state directory's parent and the state directory (manager open), the partition
+    directory (store creation), the metadata file (temp, fsync, rename, fsync)."""
+    from statestore import StateManager, StateManagerConfig  # noqa: PLC0415
+
+    root = tmp_path / "root"
+    root.mkdir()
+    rec = Recorder(root)
+    rec.start()
+    quiet = StateManagerConfig(run_cleaner=False, metrics_recording_level="OFF")
+    with rec.recording():
+        manager = StateManager(root / "apps" / "state", _Clock(), config=quiet, log_config=COMPACT)
+        opened = _ops(rec, 0)
+        mark = len(rec.events)
+        store = manager.store("kv", key_type=bytes, value_type=bytes)
+        created = _ops(rec, mark)
+        mark = len(rec.events)
+        store.put(b"k", b"v")
+        manager.commit()
+        commit = _ops(rec, mark)
+        manager.close()
+    assert opened[:4] == ["mkdir apps", "fsync <root>", "mkdir state", "fsync apps"], opened
+    assert created[:2] == ["mkdir kv-changelog-0", "fsync state"], created
+    meta = "kv.metadata.json"
+    tail = [op for op in created if meta in op or op == "fsync state"]
+    assert tail[-5:] == [
+        f"create {meta}.tmp",
+        f"write {meta}.tmp",
+        f"fsync {meta}.tmp",
+        f"rename {meta}.tmp",
+        "fsync state",
+    ], created
+    log_name = "00000000000000000000.log"
+    assert commit[0] == f"write {log_name}" and f"fsync {log_name}" in commit, commit
