@@ -533,3 +533,33 @@ def test_migrate_store_refuses_a_store_without_metadata_and_a_corrupt_file(
     path.unlink()
     with pytest.raises(StoreLayoutError, match="open the store once"):
         migrate_store(state, "kv", value_serde="x")
+
+
+def test_the_documented_partition_change_procedure(tmp_path: Path) -> None:
+    """docs/operations.md, 'Changing the partition count': copy, move, migrate the serdes."""
+    from statestore import StateManager, migrate_store  # noqa: PLC0415
+    from tests.statestore.helpers import NO_CLEANER  # noqa: PLC0415
+
+    state, new_state = tmp_path / "state", tmp_path / "state-new"
+    with StateManager(state, config=NO_CLEANER) as manager:
+        expected = fill(manager.store("users", partitions=2), 500)
+    with (
+        StateManager(state, config=NO_CLEANER) as old,
+        StateManager(new_state, config=NO_CLEANER) as new,
+    ):
+        source = old.raw_store("users")
+        target = new.store("users", key_type=bytes, value_type=bytes, partitions=8)
+        for i, (key, value) in enumerate(source.items(), 1):
+            target[key] = value
+            if i % 100 == 0:
+                new.commit()
+        new.commit()
+    for path in list(state.glob("users*")):
+        shutil.move(path, tmp_path / f"old-{path.name}")
+    for path in list(new_state.glob("users*")):
+        shutil.move(path, state / path.name)
+    migrate_store(state, "users", key_serde=StringSerde(), value_serde=MsgpackSerde())
+    with StateManager(state, config=NO_CLEANER) as manager:
+        store = manager.store("users")
+        assert len(store.changelogs) == 8
+        assert dict(store.items()) == expected
