@@ -21,7 +21,9 @@ The protocol (each file step a fault point of :mod:`changelog.fs.files`):
 - **B2** delete the ``.deleted`` trees (deepest first; nobody reads that name),
   then fsync the state directory.  A crash leaves part of a tree that the
   remedy run again deletes; no store opens it.
-- **B3** open the store with a full restore (``restore_mode="full"``) and close it.
+- **B3** open the store with its recorded settings
+  (:meth:`~statestore.StateManager.raw_store` with ``rebuild=True``: a full replay
+  whatever the recorded restore mode, which is left as it is) and close it.
 
 Then the changelogs are verified again (``statestore verify``'s check), and
 the report shows each partition's replayed offsets and records.
@@ -143,7 +145,7 @@ def _steps(dirs: list[RocksDBDir]) -> list[str]:
 def _apply(state_dir: Path, dirs: list[RocksDBDir]) -> list[dict[str, Any]]:
     from changelog.fs import files  # noqa: PLC0415
     from changelog.fs.lock import DirectoryLock  # noqa: PLC0415
-    from statestore.config import StateManagerConfig, StoreConfig  # noqa: PLC0415
+    from statestore.config import StateManagerConfig  # noqa: PLC0415
     from statestore.manager import StateManager  # noqa: PLC0415
 
     with DirectoryLock(state_dir):
@@ -161,16 +163,12 @@ def _apply(state_dir: Path, dirs: list[RocksDBDir]) -> list[dict[str, Any]]:
         for d in dirs:  # B2
             files.delete_tree(d.path.with_name(d.path.name + DELETED_SUFFIX), "repair.B2")
     results: list[dict[str, Any]] = []
-    partitions = {d.store: 1 + max(x.partition for x in dirs if x.store == d.store) for d in dirs}
+    names = sorted({d.store for d in dirs})
     with StateManager(state_dir, config=StateManagerConfig(run_cleaner=False)) as manager:  # B3
-        for name, count in sorted(partitions.items()):
-            store = manager.store(
-                name,
-                key_type=bytes,
-                value_type=bytes,
-                partitions=count,
-                config=StoreConfig(restore_mode="full"),
-            )
+        for name in names:
+            # The store's recorded settings (partitions, restore mode, LogConfig); a full
+            # replay whatever the mode, which stays as recorded.
+            store = manager.raw_store(name, rebuild=True)
             for number, result in enumerate(manager.restore_results(name)):
                 results.append(
                     {

@@ -9,6 +9,7 @@ service holds the lock (nothing changed).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 from pathlib import Path
@@ -18,8 +19,9 @@ import pytest
 
 from changelog.errors import ChangelogError
 from changelog.log import Log
-from statestore import StateManager
-from statestore.config import RocksDBConfig
+from statestore import AppliedOffsetMismatchError, StateManager
+from statestore.cli import main
+from statestore.config import RocksDBConfig, StoreConfig
 from statestore.stores.engine import RocksDBEngine
 from tests.cli.helpers import QUIET, SMALL_LOG, live_users, run_cli, user
 
@@ -55,6 +57,14 @@ def state_of(records: list[Rec]) -> dict[str, object]:
 def users_state(state: Path) -> dict[str, object]:
     with StateManager(state, config=QUIET) as manager:
         return dict(manager.store("users").items())
+
+
+def rebuild_after_truncation(state: Path) -> None:
+    """After a truncation RocksDB holds offsets the changelog no longer has: the open refuses
+    it (the cross-check, docs/recovery.md) until the operator rebuilds it, the last step."""
+    with pytest.raises(AppliedOffsetMismatchError):
+        users_state(state)
+    assert main(["repair", "rebuild-rocksdb", str(state), "--apply"], out=io.StringIO()) == 0
 
 
 def cut_mid_batch(path: Path, batch_number: int, into: int = 20) -> int:
@@ -113,7 +123,8 @@ def test_truncate_a_partition_refused_at_open_back_to_a_consistent_log(
     assert "applied: the log now ends at offset 90" in applied.out
     assert "verify: OK" in applied.out
     expected = state_of([r for r in original if r[0] < 90])
-    # an incremental open (get) rebuilds RocksDB: its applied offset is beyond the new end
+    rebuild_after_truncation(state)
+    # after the rebuild, get (the store's recorded settings) reads the truncated state
     got = run_cli(["get", str(state), "users", user(1), "--json"], capsys)
     assert json.loads(got.out)["value"] == expected[user(1)]
     assert users_state(state) == expected
@@ -171,6 +182,7 @@ def test_drop_torn_tail_names_acknowledged_offsets_it_loses(
     assert dry.status == 0, dry.err
     assert "offsets [150, 160) were acknowledged and are lost" in dry.out
     assert run_cli(["repair", "drop-torn-tail", str(users), "--apply"], capsys).status == 0
+    rebuild_after_truncation(state)
     assert users_state(state) == state_of([r for r in original if r[0] < 150])
 
 
@@ -255,6 +267,8 @@ def _poison_rocksdb(state: Path) -> None:
 def test_rebuild_rocksdb_replaces_a_wrong_rocksdb_with_the_changelog_s_state(
     state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    with StateManager(state, config=QUIET) as manager:  # recorded incremental from here on
+        manager.store("users", config=StoreConfig(restore_mode="incremental"))
     _poison_rocksdb(state)
     wrong = run_cli(["get", str(state), "users", user(1), "--json"], capsys)
     assert json.loads(wrong.out)["value"] == {"round": -1}  # an incremental open trusts RocksDB

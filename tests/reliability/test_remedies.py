@@ -271,6 +271,7 @@ def test_rebuild_rocksdb_survives_a_fault_at_every_file_step(tmp_path: Path) -> 
     from statestore.stores.engine import RocksDBEngine  # noqa: PLC0415
 
     base = build_state(tmp_path / "base" / "state")
+    _users(base)  # records restore_mode=incremental (a switch: rebuilt once, then trusted)
     engine = RocksDBEngine.open(base / "users-rocksdb-0", config=RocksDBConfig(), cache=None)
     applied = engine.applied_offset()
     assert applied is not None
