@@ -107,13 +107,26 @@ def _store(manager: Any, name: str) -> Any:
     return manager.store(name, key_serde=BytesSerde(), value_serde=MsgpackSerde())
 
 
+@contextmanager
+def _manager_probe() -> Iterator[bool]:
+    """Whether the installed manager has ``transaction()`` (the coordinator of issue 14)."""
+    from statestore.manager import StateManager  # noqa: PLC0415
+
+    yield hasattr(StateManager, "transaction")
+
+
 def _commit_mode(manager: Any) -> str:
     """Which multi-store commit the installed statestore does."""
     return "transaction" if hasattr(manager, "transaction") else "per-store loop"
 
 
 def _changelogs(manager: Any) -> list[Any]:
-    return [log for store in manager.stores.values() for log in store.changelogs]
+    """Every changelog of the open stores, and the coordinator's log if there is one."""
+    logs = [log for store in manager.stores.values() for log in store.changelogs]
+    coordinator = getattr(manager, "coordinator", None)
+    if coordinator is not None:
+        logs.append(coordinator.log)
+    return logs
 
 
 def _fsyncs(logs: Sequence[Any]) -> int:
@@ -361,6 +374,7 @@ def _store_threads(d: Path, count: int, sz: TxnSizes, *, sharing: bool) -> tuple
         logs = _changelogs(manager)
         for log in logs:
             log.group_commit.sharing = sharing
+        before = _fsyncs(logs)
         value = {"v": "x" * 80}
 
         def work(t: int) -> None:
@@ -374,7 +388,7 @@ def _store_threads(d: Path, count: int, sz: TxnSizes, *, sharing: bool) -> tuple
                 store.commit()
 
         timing = _threads(count, work)
-        return timing, _fsyncs(logs)
+        return timing, _fsyncs(logs) - before
 
 
 def _compare_threads(
@@ -403,9 +417,41 @@ def _compare_threads(
     return with_gc, without, flushes_with, flushes_without
 
 
+def _txn_threads(d: Path, count: int, sz: TxnSizes, *, sharing: bool) -> tuple[Timing, int]:
+    """Each thread: a transaction over two stores of its own (data + position)."""
+    with _manager(d / f"txn-{count}-{int(sharing)}") as manager:
+        pairs = [(_store(manager, f"d{t:02d}"), _store(manager, f"p{t:02d}")) for t in range(count)]
+        logs = _changelogs(manager)
+        for log in logs:
+            log.group_commit.sharing = sharing
+        before = _fsyncs(logs)
+        value = {"v": "x" * 80}
+
+        def work(t: int) -> None:
+            data, position = pairs[t]
+            put = data.put
+            i = 0
+            for n in range(sz.thread_commits):
+                with manager.transaction():
+                    for _ in range(sz.small_records - 1):
+                        put(b"k%08d" % i, value)
+                        i += 1
+                    position.put(b"position", n)
+
+        timing = _threads(count, work)
+        return timing, _fsyncs(logs) - before
+
+
 def case_threads(sz: TxnSizes, log: list[str]) -> list[Result]:
     out: list[Result] = []
-    for level, runner in (("one log, Log.append", _log_threads), ("own store", _store_threads)):
+    runners: list[tuple[str, Callable[..., tuple[Timing, int]]]] = [
+        ("one log, Log.append", _log_threads),
+        ("own store", _store_threads),
+    ]
+    with _manager_probe() as has_transactions:
+        if has_transactions:
+            runners.append(("transaction over 2 own stores", _txn_threads))
+    for level, runner in runners:
         for count in sz.thread_counts:
             with_gc, without, flushes_with, flushes_without = _compare_threads(runner, count, sz)
             commits = count * sz.thread_commits
