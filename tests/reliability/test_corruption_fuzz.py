@@ -87,6 +87,7 @@ KINDS = (
     "marker",
 )
 DAMAGES = ("flip", "zero", "truncate", "append", "delete")
+CELL_PREFIX = "corruption-fuzz-cell."
 Rec = tuple[int, bytes | None, bytes | None]
 
 
@@ -276,6 +277,9 @@ class Fuzz:
             wrong=int(outcome == "wrong"),
         )
         stats.note(f"corruption-fuzz.{kind}", outcome)
+        cell = f"{CELL_PREFIX}{kind}.{how}"  # the file kind x damage matrix of the report
+        stats.record(cell, trials=1, faults=1, wrong=int(outcome == "wrong"))
+        stats.note(cell, outcome)
         boundary = how == "truncate" and any(p == at for p, _s, _b in layout)
         if boundary and last_indexed < 0 and int(path.stem) >= proof:
             if outcome != "refused":

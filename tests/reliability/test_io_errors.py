@@ -58,6 +58,7 @@ CONFIG = LogConfig(
     file_delete_delay_ms=0,
 )
 KINDS = ("ENOSPC", "EIO", "short-write")
+POINT_PREFIX = "io-error-point."
 
 
 @pytest.fixture(autouse=True)
@@ -156,6 +157,9 @@ def run_trial(
         stats.record(
             f"io-error.{kind}", trials=1, faults=1, acked=outcome.acked + 1, lost=lost, wrong=wrong
         )
+        point = f"{POINT_PREFIX}{steps[k]}"  # per fault point, for the report
+        stats.record(point, trials=1, faults=1, acked=outcome.acked + 1, lost=lost, wrong=wrong)
+        stats.note(point, kind)
         assert lost == 0, f"fault at step {k} ({steps[k]}): acknowledged {outcome.acked}, got {seq}"
         assert wrong == 0, f"fault at step {k} ({steps[k]}): not the model after commit {seq}"
         reopened.append(commit_ops(SEED, seq + 1))
