@@ -41,7 +41,9 @@ IO_POINT = "io-error-point."
 
 def fuzz_matrix(data: dict[str, dict[str, int]]) -> str:
     """File kind x damage: trials and outcomes of each cell of the corruption fuzz."""
-    cells = {kind[len(FUZZ_CELL) :]: row for kind, row in data.items() if kind.startswith(FUZZ_CELL)}
+    cells = {
+        kind[len(FUZZ_CELL) :]: row for kind, row in data.items() if kind.startswith(FUZZ_CELL)
+    }
     files = sorted({name.rsplit(".", 1)[0] for name in cells})
     damages = sorted({name.rsplit(".", 1)[1] for name in cells})
     lines = [
