@@ -37,8 +37,9 @@ brackets; ``docs/recovery.md`` tells the whole story):
 
 A failed log stays failed: an I/O error (``LogStorageError``: ENOSPC, EIO, a
 failed fsync or rename) in any step of append, roll, flush, truncation,
-retention, the cleaner's swap or close abandons the log, as Kafka takes a log
-directory offline: descriptors and the directory lock are released, nothing
+retention, the cleaner's swap (from S2 on: S0-S1b change nothing the log reads,
+so a failure there only abandons the pass) or close abandons the log, as Kafka
+takes a log directory offline: descriptors and the directory lock are released, nothing
 more is written, and every later call raises
 :class:`~changelog.errors.LogFailedError` until the log is reopened (which
 runs recovery).  So nothing is ever acknowledged on top of a partial write.
