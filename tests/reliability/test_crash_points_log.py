@@ -347,7 +347,6 @@ def scenarios(scale: int) -> list[Scenario]:
             _prepare_cleaned(16 * scale, SMALL),
             _op(SMALL, _advance_and_clean),
             compaction_between,
-            holes=True,
         ),
         Scenario(
             "clean.merge",
