@@ -36,6 +36,10 @@ that were not given are taken from the file, given ones must equal it
 switch (RocksDB is rebuilt; see :class:`Reconciled`), and a state directory
 from before this file existed is adopted when its partition directories prove
 the partition count (``<store>-changelog-0..N-1``), refused when they do not.
+Partition directories without a metadata file and without a single byte in any
+``.log`` segment are an interrupted creation (the file is written once the new
+store has restored): no write of that store was ever acknowledged, so a
+manager's open creates the store anew with the settings it asks for.
 
 Thread-safety: pure functions and immutable values; the manager serializes opens.
 """
@@ -370,6 +374,13 @@ def reconcile(
             adopted=False,
         )
     mode = restore_mode if restore_mode is not None else "full"
+    creating = key_serde is not None and value_serde is not None
+    interrupted = bool(on_disk) and creating and not _any_records(state_dir, store, on_disk)
+    if interrupted:
+        # An interrupted creation (a crash or power cut after some partition directories
+        # were made, before the file was written once the store had restored): no batch in
+        # any partition, so nothing of this store was ever acknowledged.  It is created anew.
+        on_disk = []
     if on_disk:
         # A state directory from before the metadata file: adopt what it proves.
         if on_disk != list(range(len(on_disk))):
@@ -423,7 +434,29 @@ def reconcile(
         restore_mode=mode,
         log_config=log_config if log_config is not None else default_log_config,
     )
-    return Reconciled(metadata=meta, write=True, rebuild_reason=None, adopted=False)
+    return Reconciled(
+        metadata=meta,
+        write=True,
+        rebuild_reason=(
+            "no metadata file (an interrupted creation): the last restore mode is unknown"
+            if interrupted and mode == "incremental"
+            else None
+        ),
+        adopted=False,
+    )
+
+
+def _any_records(state_dir: Path, store: str, partitions: Sequence[int]) -> bool:
+    """Whether any ``.log`` segment file of the store's partition directories has a byte."""
+    for partition in partitions:
+        directory = state_dir / f"{store}-changelog-{partition}"
+        try:
+            segments = [child for child in directory.iterdir() if child.suffix == ".log"]
+            if any(child.stat().st_size > 0 for child in segments):
+                return True
+        except FileNotFoundError:
+            continue
+    return False
 
 
 def _check_layout(store: str, path: Path, expected: int, on_disk: Sequence[int]) -> None:

@@ -449,6 +449,46 @@ def test_a_round_one_directory_with_a_wrong_partition_count_is_refused(
     assert files_of(state) == before
 
 
+def test_an_interrupted_creation_is_created_anew(open_manager: OpenManager, tmp_path: Path) -> None:
+    """A cut after some partition directories were made, before the file: nothing was acked.
+
+    The file is written once a new store has restored, so a crash or power cut in
+    between leaves empty partition directories and no file.  With no byte in any
+    ``.log`` nothing of the store was ever acknowledged: the open creates it anew
+    with what it asks for (a power-loss image of store creation found this refused).
+    """
+    state = tmp_path / "state"
+    manager = open_manager()
+    manager.store("kv", partitions=3)
+    manager.crash()
+    metadata_path(state, "kv").unlink()
+    shutil.rmtree(state / "kv-changelog-2")
+    shutil.rmtree(state / "kv-changelog-1")
+    manager = open_manager()
+    store = manager.store("kv", partitions=3)
+    assert dict(store.items()) == {}
+    expected = fill(store, 60)
+    manager.close()
+    assert read_metadata(state, "kv").partitions == 3  # type: ignore[union-attr]
+    store = open_manager().store("kv")
+    assert dict(store.items()) == expected
+
+
+def test_partition_directories_holding_records_are_never_created_anew(
+    open_manager: OpenManager, tmp_path: Path
+) -> None:
+    """One byte in one ``.log`` and the directories are adopted (or refused), never reset."""
+    state = tmp_path / "state"
+    manager = open_manager()
+    fill(manager.store("kv", partitions=1), 5)
+    manager.close()
+    metadata_path(state, "kv").unlink()
+    before = files_of(state)
+    with pytest.raises(StoreMetadataMismatchError):
+        open_manager().store("kv", partitions=2)
+    assert files_of(state) == before
+
+
 def test_ambiguous_or_inconsistent_directories_are_refused(
     open_manager: OpenManager, tmp_path: Path
 ) -> None:
