@@ -19,11 +19,17 @@ from statestore.cli.statedir import (
     PartitionInfo,
     find_partitions,
     find_stores,
+    is_partition_dir,
     lock_holder,
     scan_partition,
     select_stores,
 )
-from statestore.cli.verify import PartitionReport, total_log_bytes, verify_partition
+from statestore.cli.verify import (
+    PartitionReport,
+    total_log_bytes,
+    verify_partition,
+    verify_store_layouts,
+)
 
 __all__ = ["cmd_dump", "cmd_inspect", "cmd_verify", "dir_size"]
 
@@ -241,6 +247,8 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     with Progress("verify", total_log_bytes(partitions)) as progress:
         for directory in partitions:
             reports.append(verify_partition(directory, progress))
+    state_dirs = [path for path in args.paths if not is_partition_dir(path)]
+    reports.extend(verify_store_layouts(state_dirs))
     errors = sum(r.errors for r in reports)
     warnings = sum(r.warnings for r in reports)
     failed = errors > 0 or (args.strict and warnings > 0)

@@ -28,6 +28,13 @@ one (given alone, or from before the file existed) is planned with
 cleanup policy ``compact``): a log written with another flush policy or
 with retention may then be judged more strictly than its own open judges it.
 
+3. **What the store open will say about its partitions.**  For every store
+   metadata file in a state directory that is verified, the partition
+   directories the file records must all be there and no other: a missing
+   ``<store>-changelog-<p>`` directory (deleted by hand, lost) is an *error*,
+   exactly as the store's open refuses it (``StoreLayoutError``); it is
+   reported as a partition row of its own.
+
 ``verify`` exits 1 on errors (and on warnings with ``--strict``).  The JSON
 output carries the open verdict on its own (``open.refused``, ``open.error``,
 ``open.steps``), which a test holds equal to what ``Log.open`` then does.
@@ -62,6 +69,7 @@ from statestore.cli.errors import UsageError
 from statestore.cli.progress import Progress
 from statestore.cli.statedir import mapped, recorded_log_config
 from statestore.errors import CorruptStoreMetadataError
+from statestore.stores.metadata import METADATA_SUFFIX, partitions_on_disk, read_metadata
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -69,6 +77,7 @@ __all__ = [
     "PartitionReport",
     "Problem",
     "verify_partition",
+    "verify_store_layouts",
 ]
 
 Severity = Literal["error", "warning", "info"]
@@ -300,3 +309,44 @@ def _iter_logs(directory: Path) -> Iterator[Path]:
         parsed = parse_base_offset(child.name)
         if parsed is not None and parsed[1] == LOG_SUFFIX and not parsed[2]:
             yield child
+
+
+def verify_store_layouts(state_dirs: list[Path]) -> list[PartitionReport]:
+    """Step 3 of the module docstring: one report per recorded partition directory that is missing.
+
+    (Extra directories need no report here: they are partitions of their own,
+    verified as such, and the store's open refuses them with the same error;
+    a damaged metadata file is reported by step 1 of its partitions.)
+    """
+    reports: list[PartitionReport] = []
+    for state_dir in state_dirs:
+        for meta_file in sorted(state_dir.glob(f"*{METADATA_SUFFIX}")):
+            store = meta_file.name[: -len(METADATA_SUFFIX)]
+            try:
+                meta = read_metadata(state_dir, store)
+            except CorruptStoreMetadataError:
+                continue
+            if meta is None:
+                continue
+            on_disk = set(partitions_on_disk(state_dir, store))
+            for partition in range(meta.partitions):
+                if partition in on_disk:
+                    continue
+                missing = state_dir / f"{store}-changelog-{partition}"
+                message = (
+                    f"store {store!r}: its metadata ({meta_file.name}) records "
+                    f"{meta.partitions} partitions, but this changelog directory is missing; "
+                    "the store's open refuses it (StoreLayoutError)"
+                )
+                report = PartitionReport(missing)
+                report.problems.append(Problem("error", missing, None, message))
+                report.verdict = OpenVerdict(
+                    refused=True,
+                    error="StoreLayoutError",
+                    path=missing,
+                    position=None,
+                    steps=(),
+                    log_end_offset=None,
+                )
+                reports.append(report)
+    return reports

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from changelog.errors import CorruptRecordError
 from changelog.log import Log
 from changelog.record.batch import decode_header
 from statestore import StateManager
+from statestore.errors import StoreLayoutError
 from tests.cli.helpers import QUIET, run_cli
 
 PARTITION = "users-changelog-0"
@@ -223,3 +225,28 @@ def test_verify_next_to_a_running_owner_finds_nothing_wrong(
     assert result.status == 0, result.out
     assert inspected.status == 0
     assert "in use by pid" in inspected.out
+
+
+def test_a_deleted_changelog_directory_is_an_error_as_the_open_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """verify predicts the store open: a recorded partition directory that is gone is refused."""
+    state = tmp_path / "state"
+    with StateManager(state, config=QUIET) as manager:
+        store = manager.store("kv", partitions=2)
+        for i in range(40):
+            store[f"k{i}"] = i
+        manager.commit()
+    shutil.rmtree(state / "kv-changelog-1")
+    result = run_cli(["verify", str(state)], capsys)
+    assert result.status == 1, result.out
+    assert "kv-changelog-1: store 'kv'" in result.out
+    assert "StoreLayoutError" in result.out
+    doc = json.loads(run_cli(["verify", "--json", str(state)], capsys).out)
+    missing = [p for p in doc["partitions"] if p["directory"].endswith("kv-changelog-1")]
+    assert missing and missing[0]["open"]["refused"] is True
+    assert missing[0]["open"]["error"] == "StoreLayoutError"
+    with StateManager(state, config=QUIET) as manager, pytest.raises(StoreLayoutError):
+        manager.store("kv")
+    # The partition alone still verifies (it is whole); only the store's layout is wrong.
+    assert run_cli(["verify", str(state / "kv-changelog-0")], capsys).status == 0
