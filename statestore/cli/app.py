@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from statestore.cli.errors import UsageError
+from statestore.cli.errors import UsageError, non_negative
 from statestore.cli.output import VALUE_FORMATS
 
 __all__ = ["build_parser", "main"]
@@ -24,16 +24,6 @@ __all__ = ["build_parser", "main"]
 PROG = "statestore"
 
 Command = Callable[[argparse.Namespace, TextIO], int]
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _add_formats(parser: argparse.ArgumentParser, *, key_default: str = "str") -> None:
@@ -99,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=2.0, help="seconds between refreshes (default 2)"
     )
     top.add_argument(
-        "--count", type=_non_negative, default=None, help="stop after this many refreshes"
+        "--count", type=non_negative, default=None, help="stop after this many refreshes"
     )
     top.add_argument(
         "--metrics-url",
@@ -168,12 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compact.add_argument(
         "--delete-retention-ms",
-        type=_non_negative,
+        type=non_negative,
         help="delete.retention.ms for this pass (default: the recorded one, else 86400000)",
     )
     compact.add_argument(
         "--min-compaction-lag-ms",
-        type=_non_negative,
+        type=non_negative,
         help="min.compaction.lag.ms for this pass (default: the recorded one, else 0)",
     )
     compact.add_argument("--json", action="store_true", help="machine-readable output")
@@ -219,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--from", dest="start", metavar="KEY", help="first key (inclusive)")
     scan.add_argument("--to", dest="end", metavar="KEY", help="last key (exclusive)")
     scan.add_argument("--reverse", action="store_true", help="descending key order")
-    scan.add_argument("--limit", type=_non_negative, help="at most this many entries")
+    scan.add_argument("--limit", type=non_negative, help="at most this many entries")
     scan.add_argument("--keys-only", action="store_true", help="print keys only")
     _add_formats(scan)
     scan.add_argument("--json", action="store_true", help="machine-readable output")

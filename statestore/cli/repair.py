@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from statestore.cli.errors import UsageError
+from statestore.cli.errors import UsageError, non_negative
 from statestore.cli.output import VALUE_FORMATS, decode_for_display, format_table, write_json
 from statestore.cli.reverify import reverify
 from statestore.cli.statedir import is_partition_dir, lock_holder
@@ -336,16 +336,6 @@ def cmd_rebuild_indexes(args: argparse.Namespace, out: TextIO) -> int:
 # --------------------------------------------------------------------------- the parser
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--apply", action="store_true", help="do it (without: print the plan, change nothing)"
@@ -361,7 +351,7 @@ def _key_options(parser: argparse.ArgumentParser) -> None:
         help="how affected keys are shown (default: str)",
     )
     parser.add_argument(
-        "--keys", type=_non_negative, default=20, help="list at most this many keys (default 20)"
+        "--keys", type=non_negative, default=20, help="list at most this many keys (default 20)"
     )
     parser.add_argument("--all-keys", action="store_true", help="list every affected key")
 
@@ -391,7 +381,7 @@ def add_repair_parser(sub: Any) -> None:
         ),
     )
     truncate.add_argument("partition", type=Path, metavar="PARTITION_DIR")
-    truncate.add_argument("--offset", type=_non_negative, required=True, help="the new log end")
+    truncate.add_argument("--offset", type=non_negative, required=True, help="the new log end")
     _key_options(truncate)
     _common(truncate)
     truncate.set_defaults(func=cmd_truncate)
@@ -422,7 +412,7 @@ def add_repair_parser(sub: Any) -> None:
     indexes.add_argument("partition", type=Path, metavar="PARTITION_DIR")
     indexes.add_argument(
         "--index-interval-bytes",
-        type=_non_negative,
+        type=non_negative,
         default=4096,
         help="index.interval.bytes the log uses (default 4096)",
     )
