@@ -70,6 +70,7 @@ from statestore.cli.progress import Progress
 from statestore.cli.statedir import mapped, recorded_log_config
 from statestore.errors import CorruptStoreMetadataError
 from statestore.stores.metadata import METADATA_SUFFIX, partitions_on_disk, read_metadata
+from statestore.stores.spec import changelog_dir
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -332,7 +333,7 @@ def verify_store_layouts(state_dirs: list[Path]) -> list[PartitionReport]:
             for partition in range(meta.partitions):
                 if partition in on_disk:
                     continue
-                missing = state_dir / f"{store}-changelog-{partition}"
+                missing = changelog_dir(state_dir, store, partition)
                 message = (
                     f"store {store!r}: its metadata ({meta_file.name}) records "
                     f"{meta.partitions} partitions, but this changelog directory is missing; "

@@ -66,6 +66,7 @@ from statestore.errors import (
     StoreMetadataMismatchError,
 )
 from statestore.serdes import AttrsSerde, BytesSerde, IntSerde, MsgpackSerde, Serde, StringSerde
+from statestore.stores.spec import changelog_dir
 
 __all__ = [
     "METADATA_FORMAT",
@@ -449,7 +450,7 @@ def reconcile(
 def _any_records(state_dir: Path, store: str, partitions: Sequence[int]) -> bool:
     """Whether any ``.log`` segment file of the store's partition directories has a byte."""
     for partition in partitions:
-        directory = state_dir / f"{store}-changelog-{partition}"
+        directory = changelog_dir(state_dir, store, partition)
         try:
             segments = [child for child in directory.iterdir() if child.suffix == ".log"]
             if any(child.stat().st_size > 0 for child in segments):
