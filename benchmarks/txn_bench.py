@@ -17,7 +17,10 @@ threads     1, 4 and 16 threads each committing small commits (``small_records``
             with group commit and without it (``GroupCommit.sharing = False``: every
             commit pays its own fsync, as before group commit): (a) every thread appends
             to ONE changelog partition (``Log.append``, the primitive); (b) every thread
-            commits its OWN store (``store.commit()``)
+            commits its OWN store (``store.commit()``); (c) every thread runs transactions
+            over two stores of its own, scoped (``manager.transaction(d, p)``: threads'
+            transactions run concurrently) and (d) unscoped (``manager.transaction()``:
+            every block's end commits every store, so they merge and take turns)
 ==========  ==============================================================================
 
 Method: every timed section runs with the garbage collector on, on real files with real
@@ -417,22 +420,31 @@ def _compare_threads(
     return with_gc, without, flushes_with, flushes_without
 
 
-def _txn_threads(d: Path, count: int, sz: TxnSizes, *, sharing: bool) -> tuple[Timing, int]:
-    """Each thread: a transaction over two stores of its own (data + position)."""
-    with _manager(d / f"txn-{count}-{int(sharing)}") as manager:
+def _txn_threads(
+    d: Path, count: int, sz: TxnSizes, *, sharing: bool, scoped: bool = True
+) -> tuple[Timing, int]:
+    """Each thread: transactions over two stores of its own (data + position).
+
+    ``scoped``: ``manager.transaction(data, position)`` (the block covers its two stores, so
+    threads' transactions run concurrently); else ``manager.transaction()`` (each block's end
+    commits every store: the threads' transactions merge and take turns).
+    """
+    with _manager(d / f"txn-{count}-{int(sharing)}-{int(scoped)}") as manager:
         pairs = [(_store(manager, f"d{t:02d}"), _store(manager, f"p{t:02d}")) for t in range(count)]
         logs = _changelogs(manager)
         for log in logs:
             log.group_commit.sharing = sharing
         before = _fsyncs(logs)
         value = {"v": "x" * 80}
+        scoped = scoped and _has_scoped_blocks(manager)
 
         def work(t: int) -> None:
             data, position = pairs[t]
             put = data.put
+            stores = (data, position) if scoped else ()
             i = 0
             for n in range(sz.thread_commits):
-                with manager.transaction():
+                with manager.transaction(*stores):
                     for _ in range(sz.small_records - 1):
                         put(b"k%08d" % i, value)
                         i += 1
@@ -440,6 +452,22 @@ def _txn_threads(d: Path, count: int, sz: TxnSizes, *, sharing: bool) -> tuple[T
 
         timing = _threads(count, work)
         return timing, _fsyncs(logs) - before
+
+
+def _txn_threads_unscoped(
+    d: Path, count: int, sz: TxnSizes, *, sharing: bool
+) -> tuple[Timing, int]:
+    return _txn_threads(d, count, sz, sharing=sharing, scoped=False)
+
+
+def _has_scoped_blocks(manager: Any) -> bool:
+    """Whether the installed manager's ``transaction()`` takes the stores it covers."""
+    import inspect  # noqa: PLC0415
+
+    return any(
+        p.kind is inspect.Parameter.VAR_POSITIONAL
+        for p in inspect.signature(manager.transaction).parameters.values()
+    )
 
 
 def case_threads(sz: TxnSizes, log: list[str]) -> list[Result]:
@@ -450,7 +478,8 @@ def case_threads(sz: TxnSizes, log: list[str]) -> list[Result]:
     ]
     with _manager_probe() as has_transactions:
         if has_transactions:
-            runners.append(("transaction over 2 own stores", _txn_threads))
+            runners.append(("transaction(d, p) over 2 own stores", _txn_threads))
+            runners.append(("transaction() unscoped, 2 own stores", _txn_threads_unscoped))
     for level, runner in runners:
         for count in sz.thread_counts:
             with_gc, without, flushes_with, flushes_without = _compare_threads(runner, count, sz)

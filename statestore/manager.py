@@ -54,9 +54,13 @@ used by one thread at a time (see :class:`~statestore.stores.typed.KeyValueStore
 ``commit()`` may run while other threads write: it covers every write
 buffered in a partition when it takes that partition's commit lock, and it
 returns once every write its caller buffered before calling it is durable
-(docs/concepts.md, "Transactions").  A ``transaction()`` block is not
-isolated from other threads: its end commits (or, on an exception, discards)
-whatever every store holds, whoever buffered it.
+(docs/concepts.md, "Threads").  Threads running transactions use scoped
+blocks, ``manager.transaction(a, b)``: a block covers exactly its enlisted
+stores and owns them until its end (another thread's block over one of them
+waits; blocks over disjoint stores commit concurrently, sharing the
+coordinator's decision fsyncs).  Unscoped commits, aborts and
+``transaction()`` blocks cover every store no other thread's scoped block
+owns (:mod:`statestore.txn.scope`).
 """
 
 from __future__ import annotations
@@ -482,20 +486,32 @@ class StateManager:
         any partitions): one transaction of the coordinator
         (:mod:`statestore.txn.coordinator`): after a crash at any point either
         every write of the commit is visible after restore or none is; the
-        decision is durable before this returns.  Inside ``with
-        manager.transaction():`` on this thread it raises
-        :class:`InvalidStateStoreError` (the block commits at its end).  On a
-        :class:`~statestore.errors.CommitFailedError` the stores whose
-        partitions failed are ``failed`` (reopen them).
+        decision is durable before this returns.  Stores owned by another
+        thread's scoped ``transaction(...)`` block are left to that block
+        (:mod:`statestore.txn.scope`).  Inside ``with manager.transaction():``
+        on this thread it raises :class:`InvalidStateStoreError` (the block
+        commits at its end).  On a :class:`~statestore.errors.CommitFailedError`
+        the stores whose partitions failed are ``failed`` (reopen them).
         """
         with self._lock:
             self._check_open("commit")
-            stores = [s for s in self._stores.values() if s.state is StoreState.OPEN]
         if self._coordinator.in_transaction():
             raise InvalidStateStoreError(
                 f"manager of {self._dir}", "inside manager.transaction()", "commit before its end"
             )
-        return self._commit(stores)
+        return self._commit_free()
+
+    def _commit_free(self) -> int:
+        """Commit every open store no other thread's scoped block owns (an unscoped commit)."""
+        with self._lock:
+            names = list(self._stores)
+        with self._coordinator.scopes.claim_free(names) as covered:
+            return self._commit(self._open_stores(covered))
+
+    def _open_stores(self, names: list[str]) -> list[KeyValueStore[Any, Any]]:
+        with self._lock:
+            stores = [self._stores.get(name) for name in names]
+        return [s for s in stores if s is not None and s.state is StoreState.OPEN]
 
     def _commit(self, stores: list[KeyValueStore[Any, Any]]) -> int:
         try:
@@ -508,15 +524,20 @@ class StateManager:
             raise
 
     def abort(self) -> int:
-        """Discard every open store's buffered writes; returns how many were dropped."""
+        """Discard every open store's buffered writes; returns how many were dropped.
+
+        Stores owned by another thread's scoped ``transaction(...)`` block are
+        left alone.
+        """
         with self._lock:
             self._check_open("abort")
-            stores = [s for s in self._stores.values() if s.state is StoreState.OPEN]
-        return sum(store.abort() for store in stores)
+            names = list(self._stores)
+        with self._coordinator.scopes.claim_free(names) as covered:
+            return sum(store.abort() for store in self._open_stores(covered))
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[StateManager]:
-        """One atomic commit of every store at the end of the block; discard on an exception.
+    def transaction(self, *stores: KeyValueStore[Any, Any]) -> Iterator[StateManager]:
+        """One atomic commit at the end of the block; discard on an exception.
 
         ::
 
@@ -525,18 +546,36 @@ class StateManager:
                 balances["bob"] = balances.get("bob", 0) + 5
                 manager.metadata["position"] = line
 
-        On success every store's buffered writes are committed as one
-        transaction (as :meth:`commit`); on an exception every store's
-        buffered writes are discarded (as :meth:`abort`) and the exception
-        propagates.  Inside the block ``store.commit()`` and :meth:`commit`
+        **Unscoped** (no store given): the block's end commits every store's
+        buffered writes as one transaction (as :meth:`commit`, so including
+        writes buffered before the block); an exception discards every
+        store's buffered writes (as :meth:`abort`) and propagates.  Stores
+        owned by another thread's scoped block are left to it.
+
+        **Scoped** (``manager.transaction(orders, positions)``): the block
+        covers exactly the stores given, plus those enlisted inside it on
+        this thread (``store.transaction()``, or a nested
+        ``manager.transaction(store)``).  It owns them until its end: it
+        waits at its start while another thread's block owns any of them,
+        and no other block or unscoped commit touches them meanwhile.  Its
+        end commits their buffered writes as one transaction; an exception
+        discards theirs only.  This is the form for threads: blocks over
+        disjoint stores run and commit concurrently (their data fsyncs
+        overlap and their decisions share fsyncs); blocks sharing a store
+        take turns.  Enlisting, inside a block, a store another thread's
+        block owns raises :class:`InvalidStateStoreError` (waiting there
+        could deadlock: name every shared store when the block starts).
+
+        Either way, inside the block ``store.commit()`` and :meth:`commit`
         raise, ``store.transaction()`` joins this one, and a nested
-        ``manager.transaction()`` joins too (only the outermost commits).  The
-        block covers what every store holds at its end, including writes other
-        threads buffered meanwhile (there is no isolation between threads).
+        ``manager.transaction()`` joins too (only the outermost commits).
+        What a block covers when several threads write, and what ownership
+        means: :mod:`statestore.txn.scope` and docs/concepts.md, "Threads".
         """
         with self._lock:
             self._check_open("transaction")
-        with self._coordinator.transaction_scope() as outermost:
+            names = [self._store_name(store) for store in stores]
+        with self._coordinator.scopes.block(names if stores else None) as (block, outermost):
             if not outermost:
                 yield self
                 return
@@ -544,12 +583,26 @@ class StateManager:
                 yield self
             except BaseException:
                 if self._state is StoreState.OPEN:
-                    self.abort()
+                    if block.scoped:
+                        for store in self._open_stores(sorted(block.stores)):
+                            store.abort()
+                    else:
+                        self.abort()
                 raise
-        with self._lock:
-            self._check_open("commit")
-            stores = [s for s in self._stores.values() if s.state is StoreState.OPEN]
-        self._commit(stores)
+            with self._lock:
+                self._check_open("commit")
+            if block.scoped:
+                self._commit(self._open_stores(sorted(block.stores)))
+                return
+        self._commit_free()
+
+    def _store_name(self, store: KeyValueStore[Any, Any]) -> str:
+        """The name of ``store``, an open store of this manager (else a typed error)."""
+        if not isinstance(store, KeyValueStore) or self._stores.get(store.name) is not store:
+            raise InvalidStoreConfigError("stores", store, "not a store of this manager")
+        if store.state is not StoreState.OPEN:
+            raise InvalidStateStoreError(store.name, store.state.value, "transaction")
+        return store.name
 
     def __iter__(self) -> Iterator[str]:
         """Names of the open stores."""

@@ -131,7 +131,7 @@ def test_txn_bench_runs_every_case_and_reports_the_durable_floor_target() -> Non
     assert single["baseline_name"].startswith("durable floor")
     assert any(name.startswith("commit of 3 stores") for name in rows)
     threads = [row for name, row in rows.items() if "thread(s)" in name]
-    assert len(threads) == 6  # 1 and 4 threads: on one log, on own stores, in transactions
+    assert len(threads) == 8  # 1 and 4 threads: one log, own stores, scoped and unscoped blocks
     for row in payload["results"]:
         assert row["value"] == row["value"] and row["value"] > 0, row  # not NaN
     assert payload["loadavg_before_after_case"].keys() == {"single", "multi", "threads"}

@@ -110,3 +110,7 @@ class Committer(Protocol):
     def in_transaction(self) -> bool:
         """Whether the calling thread is inside the manager's ``transaction()`` block."""
         ...
+
+    def enlist(self, store: str) -> bool:
+        """Enlist ``store`` in the calling thread's ``transaction()`` block; whether there is one."""
+        ...

@@ -691,13 +691,14 @@ class KeyValueStore(Generic[K, V]):
 
         Covers everything buffered in this store since its last commit.
         Inside ``with manager.transaction():`` on this thread it **joins**
-        the manager's transaction instead: nothing is committed or aborted at
-        the end of this block (an exception propagates and the manager's block
-        discards every store's writes).
+        the manager's transaction instead (and enlists this store in it when
+        that block is scoped, see :meth:`statestore.StateManager.transaction`):
+        nothing is committed or aborted at the end of this block (an exception
+        propagates and the manager's block discards what it covers).
         """
         if self._state is not _OPEN:
             raise self._not_open("transaction")
-        if self._committer.in_transaction():
+        if self._committer.enlist(self._name):
             yield self
             return
         try:

@@ -98,14 +98,25 @@ appended from O2 on lists them; an entry leaves only once its marker is
 durable (its changelog's recovery point is past the marker, or R2/R3
 flushed it).  At most one entry per partition.
 
-Thread-safety: thread-safe.  Commits of disjoint partitions run in parallel;
-each participant's ``commit_lock`` serializes commits of one partition;
-``_lock`` guards ``_waiting``, the coordinator's log appends and ``_failed``.
-Which writes a commit covers when several threads write: every write that
-was buffered in a participant when the commit took that participant's lock
-(``commit()`` returns once every write its thread buffered before calling
-it is durable: it waits on the lock of a partition another commit holds and
-then takes what is still pending).
+Thread-safety: thread-safe.  Commits of disjoint partitions run T1-T5 in
+parallel (threads running scoped ``manager.transaction(a, b)`` blocks: see
+:mod:`statestore.txn.scope`, which :attr:`TransactionCoordinator.scopes`
+holds): their T2 fsyncs overlap and their T3 records share the decision
+log's group-commit fsyncs.  Each participant's ``commit_lock`` serializes
+commits of one partition (taken in (store, partition) order: no deadlock);
+``_lock`` guards ``_waiting``, the coordinator's log appends and ``_failed``,
+and is never held across an fsync.  Inside one transaction the T1 appends
+run one after the other (page-cache writes; only T2's fsyncs are overlapped).
+Decisions interleave safely because each record, appended under ``_lock``,
+lists every committed part still waiting (its own and earlier ones): the
+latest durable record is always complete.  All transactions share one
+producer id and epoch: a partition holds at most one open transaction at a
+time (its commit lock).  Which writes a commit covers when several threads
+write: every write that was buffered in a participant when the commit took
+that participant's lock (``commit()`` returns once every write its thread
+buffered before calling it is durable: it waits on the lock of a partition
+another commit holds and then takes what is still pending); which
+participants a manager-level commit passes in is the scope module's job.
 """
 
 from __future__ import annotations
@@ -114,7 +125,7 @@ import contextlib
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -137,6 +148,7 @@ from statestore.txn.record import (
     encode_key,
     encode_value,
 )
+from statestore.txn.scope import TransactionScopes
 
 __all__ = [
     "COMMIT_STEPS",
@@ -176,7 +188,8 @@ _MAX_EPOCH: Final = INT16_MAX - 1
 class _Waiting:
     """A committed transaction's part in one partition whose COMMIT marker may not be durable."""
 
-    first_offset: int
+    part: TxnPartition
+    """What every record lists for it (made once: records list every entry, each time)."""
     marker_offset: int | None = None
     """Where this session wrote the marker (``None``: read from disk, not resolved yet)."""
     log: Log | None = None
@@ -212,12 +225,13 @@ class TransactionCoordinator:
         self.producer_epoch = producer_epoch
         """This session's epoch (bumped at open; older epochs are fenced)."""
         self._waiting: dict[tuple[str, int], _Waiting] = {
-            key: _Waiting(first) for key, first in waiting.items()
+            key: _Waiting(TxnPartition(key[0], key[1], first)) for key, first in waiting.items()
         }
         self._clock = clock
         self._lock = threading.Lock()
         self._failed: BaseException | None = None
-        self._scope = threading.local()
+        self.scopes = TransactionScopes()
+        """The open ``manager.transaction()`` blocks of every thread and the stores they own."""
         self._label = f"[txn {log.dir}]"
         self.fault_hook: FaultHook | None = None
         """Called after each numbered step (:data:`COMMIT_STEPS`, :data:`RECOVERY_STEPS`);
@@ -287,7 +301,7 @@ class TransactionCoordinator:
     def waiting(self) -> dict[tuple[str, int], int]:
         """``{(topic, partition): first offset}`` of committed parts whose marker may be missing."""
         with self._lock:
-            return {key: entry.first_offset for key, entry in self._waiting.items()}
+            return {key: entry.part.first_offset for key, entry in self._waiting.items()}
 
     def _step(self, name: str) -> None:
         """Call the fault hook after step ``name``; if it raises, the coordinator is failed
@@ -320,7 +334,7 @@ class TransactionCoordinator:
         self._step("R1")
         with self._lock:
             entry = self._waiting.get(key)
-        committed_first = None if entry is None else entry.first_offset
+        committed_first = None if entry is None else entry.part.first_offset
         ended: dict[int, ControlRecordType] = {}
         for producer_id, first in open_txns.items():
             marker = (
@@ -361,18 +375,21 @@ class TransactionCoordinator:
     # ----------------------------------------------------------------- commit (T1-T5)
 
     def in_transaction(self) -> bool:
-        """Whether this thread is inside :meth:`transaction_scope`."""
-        return bool(getattr(self._scope, "depth", 0))
+        """Whether this thread is inside a ``manager.transaction()`` block."""
+        return self.scopes.current() is not None
 
-    @contextlib.contextmanager
-    def transaction_scope(self) -> Iterator[bool]:
-        """Mark this thread as inside a manager transaction; yields whether it is the outermost."""
-        depth = getattr(self._scope, "depth", 0)
-        self._scope.depth = depth + 1
-        try:
-            yield depth == 0
-        finally:
-            self._scope.depth = depth
+    def enlist(self, store: str) -> bool:
+        """Enlist ``store`` in this thread's block, if any; returns whether there is one.
+
+        A scoped block then owns the store until its end (see
+        :mod:`statestore.txn.scope`); an unscoped one covers every store anyway.
+        """
+        block = self.scopes.current()
+        if block is None:
+            return False
+        if block.scoped:
+            self.scopes.enlist(block, store)
+        return True
 
     def commit(self, participants: Sequence[Participant]) -> int:
         """Commit the pending writes of ``participants`` atomically; returns the records committed.
@@ -446,7 +463,7 @@ class TransactionCoordinator:
                 continue
             with self._lock:
                 waiting = self._waiting.get((part.topic, part.partition))
-                if waiting is not None and waiting.first_offset == part.first_offset:
+                if waiting is not None and waiting.part is part:
                     waiting.marker_offset = marker.last_offset
             applied.append((member, records, marker.last_offset + 1))
             if len(applied) + len(errors) == 1:
@@ -491,24 +508,29 @@ class TransactionCoordinator:
                 )
 
     def _decide(self, parts: tuple[TxnPartition, ...], logs: Sequence[Log]) -> None:
-        """T3: the PrepareCommit record, fsynced; on an I/O error the coordinator is failed.
+        """T3: the PrepareCommit record, fsynced; on an error the coordinator is failed.
 
         The record is appended under ``_lock`` and fsynced after it, through the
         log's group commit: concurrent transactions (of disjoint partitions)
-        share the decision fsync.
+        share the decision fsync.  An ``Exception`` is raised as
+        :class:`~statestore.errors.TransactionCoordinatorError` (its cause);
+        any other ``BaseException`` (a test's ``SimulatedCrash``, an interrupt)
+        fails the coordinator just the same and propagates as it is.
         """
         try:
             with self._lock:
                 self._check_usable()
                 for part, log in zip(parts, logs, strict=True):
                     key = (part.topic, part.partition)
-                    self._waiting[key] = _Waiting(part.first_offset, log=log)
+                    self._waiting[key] = _Waiting(part, log=log)
                 end = self._append_record_locked(TransactionState.PREPARE_COMMIT)
             self._log.sync_to(end)
         except TransactionCoordinatorError:
             raise
         except BaseException as exc:
             self._failed = exc
+            if not isinstance(exc, Exception):
+                raise  # a (simulated) crash or an interrupt stays what it is
             raise TransactionCoordinatorError(self._log.dir, str(exc)) from exc
 
     # ----------------------------------------------------------------- the coordinator's log
@@ -531,10 +553,7 @@ class TransactionCoordinator:
             producer_epoch=self.producer_epoch,
             state=state,
             last_update_timestamp_ms=self._clock(),
-            partitions=tuple(
-                TxnPartition(topic, partition, entry.first_offset)
-                for (topic, partition), entry in self._waiting.items()
-            ),
+            partitions=tuple(entry.part for entry in self._waiting.values()),
         )
         info = self._log.append([(encode_key(), encode_value(record))], defer_flush=True)
         return info.last_offset + 1
