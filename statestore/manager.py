@@ -98,6 +98,7 @@ from statestore.errors import (
 from statestore.metrics.cleaner import register_cleaner_metrics
 from statestore.metrics.registry import MetricsRegistry
 from statestore.metrics.snapshot import nest_samples
+from statestore.metrics.transactions import register_transaction_metrics
 from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde, serde_for_type
 from statestore.stores.builder import build_store
 from statestore.stores.engine import new_block_cache
@@ -195,6 +196,8 @@ class StateManager:
         self._metrics = None if level == "OFF" else MetricsRegistry(level=level)
         if self._metrics is not None and self._cleaner is not None:
             register_cleaner_metrics(self._metrics, self._cleaner, self._all_logs)
+        if self._metrics is not None:
+            register_transaction_metrics(self._metrics, self._coordinator)
         if self._cleaner is not None:
             self._cleaner.start()
         self._state = StoreState.OPEN
@@ -231,11 +234,12 @@ class StateManager:
     def metrics(self) -> dict[str, Any]:
         """A plain snapshot of every metric (see :mod:`statestore.metrics.snapshot`, docs/metrics.md).
 
-        ``{"stores": {name: {partition: {metric: value}}}, "cleaner": {metric: value}}``;
-        both are empty when metrics are off.  Safe to call from any thread.
+        ``{"stores": {name: {partition: {metric: value}}}, "cleaner": {metric: value},
+        "transactions": {metric: value}}``; all empty when metrics are off.  Safe to
+        call from any thread.
         """
         if self._metrics is None:
-            return {"stores": {}, "cleaner": {}}
+            return {"stores": {}, "cleaner": {}, "transactions": {}}
         return nest_samples(self._metrics.samples())
 
     def restore_results(self, name: str) -> list[RestoreResult]:

@@ -4,7 +4,8 @@
 :mod:`~statestore.metrics.definitions` is the catalog docs/metrics.md is held
 equal to; :class:`~statestore.metrics.metered.MeteredStore` records a
 store partition's operations; :func:`register_cleaner_metrics` reads the
-cleaner.  ``StateManager.metrics()`` returns :func:`nest_samples` of the
+cleaner; :func:`register_transaction_metrics` reads the transaction
+coordinator.  ``StateManager.metrics()`` returns :func:`nest_samples` of the
 registry; :mod:`statestore.metrics.prometheus` (extra ``statestore[prometheus]``)
 exposes the same samples to Prometheus.
 """
@@ -23,6 +24,7 @@ from statestore.metrics.registry import (
     Sample,
 )
 from statestore.metrics.snapshot import nest_samples
+from statestore.metrics.transactions import register_transaction_metrics
 
 __all__ = [
     "ALL_METRICS",
@@ -38,4 +40,5 @@ __all__ = [
     "nest_samples",
     "partition_tags",
     "register_cleaner_metrics",
+    "register_transaction_metrics",
 ]

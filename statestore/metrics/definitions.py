@@ -12,7 +12,11 @@ docs/metrics.md renders this catalog as a table, and
 * ``Log`` (same tags): the changelog partition (Kafka's
   ``kafka.log:type=Log`` gauges, tagged ``topic``/``partition`` there);
 * ``LogCleaner`` and ``LogCleanerManager`` (no tags): the background cleaner
-  (Kafka's ``kafka.log:type=LogCleaner`` / ``type=LogCleanerManager``).
+  (Kafka's ``kafka.log:type=LogCleaner`` / ``type=LogCleanerManager``);
+* ``TransactionCoordinator`` (no tags): the state directory's transaction
+  coordinator (:mod:`statestore.metrics.transactions`; Kafka's producer has
+  ``txn-commit-time-ns-total`` and its coordinator partition-load metrics,
+  nothing with these meanings).
 
 Immutable module-level data; thread-safe.
 """
@@ -33,6 +37,8 @@ __all__ = [
     "PARTITION_TAGS",
     "STATE_GROUP",
     "TASK_GROUP",
+    "TRANSACTION_GROUP",
+    "TRANSACTION_METRICS",
     "by_name",
 ]
 
@@ -41,6 +47,7 @@ TASK_GROUP: Final = "stream-task-metrics"
 LOG_GROUP: Final = "Log"
 CLEANER_GROUP: Final = "LogCleaner"
 CLEANER_MANAGER_GROUP: Final = "LogCleanerManager"
+TRANSACTION_GROUP: Final = "TransactionCoordinator"
 PARTITION_TAGS: Final = ("store", "partition")
 
 
@@ -410,7 +417,51 @@ CLEANER_METRICS: Final = (
 )
 """Metrics of the background cleaner (no tags)."""
 
-ALL_METRICS: Final = PARTITION_METRICS + CLEANER_METRICS
+TRANSACTION_METRICS: Final = (
+    _cleaner(
+        "transactions-committed-total",
+        TRANSACTION_GROUP,
+        "counter",
+        "transactions",
+        "commits over two or more partitions decided since the manager opened "
+        "(the decision record durable; a one-partition commit is a plain batch, not counted)",
+    ),
+    _cleaner(
+        "transactions-aborted-total",
+        TRANSACTION_GROUP,
+        "counter",
+        "transactions",
+        "transactions ended by an error before their decision (ABORT markers; nothing visible)",
+    ),
+    _cleaner(
+        "transactions-rolled-forward-at-open-total",
+        TRANSACTION_GROUP,
+        "counter",
+        "partitions",
+        "partitions opened with a decided transaction left open (a crash after the decision): "
+        "a COMMIT marker written, counted once per partition",
+    ),
+    _cleaner(
+        "transactions-aborted-at-open-total",
+        TRANSACTION_GROUP,
+        "counter",
+        "partitions",
+        "partitions opened with an undecided transaction left open (a crash before the "
+        "decision): an ABORT marker written, counted once per partition",
+    ),
+    _cleaner(
+        "decision-latency",
+        TRANSACTION_GROUP,
+        "histogram",
+        "seconds",
+        "time of one decision (T3: append the PrepareCommit record, fsync it through the "
+        "coordinator log's group commit)",
+        "Kafka producer txn-commit-time-ns-total (the whole commit, not only its decision)",
+    ),
+)
+"""Metrics of the transaction coordinator (no tags)."""
+
+ALL_METRICS: Final = PARTITION_METRICS + CLEANER_METRICS + TRANSACTION_METRICS
 """Every metric definition, in the order docs/metrics.md lists them."""
 
 _BY_NAME: Final = {definition.name: definition for definition in ALL_METRICS}

@@ -125,6 +125,7 @@ import contextlib
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
@@ -155,6 +156,8 @@ __all__ = [
     "RECOVERY_STEPS",
     "TRANSACTION_LOG_CONFIG",
     "TRANSACTION_LOG_DIR",
+    "CoordinatorTotals",
+    "DecisionObserver",
     "FaultHook",
     "TransactionCoordinator",
 ]
@@ -203,6 +206,25 @@ class _Waiting:
             return False
 
 
+@attrs.define
+class CoordinatorTotals:
+    """What the coordinator has done since it opened (its metrics read these; see
+    :mod:`statestore.metrics.transactions`).  Updated under the coordinator's lock."""
+
+    committed: int = 0
+    """Transactions decided (T3's record durable)."""
+    aborted: int = 0
+    """Transactions ended by an error before their decision (T1-T2), none of it visible."""
+    rolled_forward_at_open: int = 0
+    """Open transactions found decided before a partition restored (R2: a COMMIT marker)."""
+    aborted_at_open: int = 0
+    """Open transactions found undecided before a partition restored (R2: an ABORT marker)."""
+
+
+DecisionObserver = Callable[[float], None]
+"""Called with the seconds one decision (T3: append and fsync) took, outside every lock."""
+
+
 class TransactionCoordinator:
     """Decides multi-partition commits durably and finishes or undoes them at open.
 
@@ -236,6 +258,10 @@ class TransactionCoordinator:
         self.fault_hook: FaultHook | None = None
         """Called after each numbered step (:data:`COMMIT_STEPS`, :data:`RECOVERY_STEPS`);
         for crash-injection tests.  ``None`` (the default): nothing is called."""
+        self.totals = CoordinatorTotals()
+        """Counts of what this session decided and recovered (read them, do not write)."""
+        self.decision_observer: DecisionObserver | None = None
+        """Called with each decision's duration in seconds (the metrics' histogram)."""
 
     # ----------------------------------------------------------------- open
 
@@ -351,6 +377,11 @@ class TransactionCoordinator:
                 )
             log.append_marker(marker, producer_id=producer_id, producer_epoch=epoch)  # R2
             ended[first] = marker
+            with self._lock:
+                if marker is ControlRecordType.COMMIT:
+                    self.totals.rolled_forward_at_open += 1
+                else:
+                    self.totals.aborted_at_open += 1
             logger.warning(
                 "%s transaction at offset %s had no marker: %s (%s)",
                 label,
@@ -436,6 +467,8 @@ class TransactionCoordinator:
             self._step("T2")
         except BaseException:
             self._abort_written(work[: len(firsts)])
+            with self._lock:
+                self.totals.aborted += 1
             raise
         parts = tuple(
             TxnPartition(member.changelog.topic, member.changelog.partition, first)
@@ -517,6 +550,7 @@ class TransactionCoordinator:
         any other ``BaseException`` (a test's ``SimulatedCrash``, an interrupt)
         fails the coordinator just the same and propagates as it is.
         """
+        started = time.perf_counter()
         try:
             with self._lock:
                 self._check_usable()
@@ -525,6 +559,11 @@ class TransactionCoordinator:
                     self._waiting[key] = _Waiting(part, log=log)
                 end = self._append_record_locked(TransactionState.PREPARE_COMMIT)
             self._log.sync_to(end)
+            with self._lock:
+                self.totals.committed += 1
+            observer = self.decision_observer
+            if observer is not None:
+                observer(time.perf_counter() - started)
         except TransactionCoordinatorError:
             raise
         except BaseException as exc:

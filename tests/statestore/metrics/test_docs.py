@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from statestore.metrics.definitions import ALL_METRICS, CLEANER_METRICS, PARTITION_METRICS
+from statestore.metrics.definitions import (
+    ALL_METRICS,
+    CLEANER_METRICS,
+    PARTITION_METRICS,
+    TRANSACTION_METRICS,
+)
 from statestore.metrics.registry import MetricDefinition
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
@@ -34,6 +39,10 @@ def test_the_store_partition_table_is_the_catalog() -> None:
 
 def test_the_cleaner_table_is_the_catalog() -> None:
     assert doc_rows("The cleaner") == [doc_row(d) for d in CLEANER_METRICS]
+
+
+def test_the_transactions_table_is_the_catalog() -> None:
+    assert doc_rows("Transactions") == [doc_row(d) for d in TRANSACTION_METRICS]
 
 
 def test_the_catalog_covers_the_issues_kafka_names() -> None:

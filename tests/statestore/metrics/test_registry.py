@@ -131,4 +131,5 @@ def test_nest_samples_groups_by_store_and_partition() -> None:
     assert nest_samples(registry.samples()) == {
         "stores": {"s": {0: {"x-total": 3}}},
         "cleaner": {"lat": {"count": 1, "sum": 0.5, "avg": 0.5, "max": 0.5}},
+        "transactions": {},
     }

@@ -99,7 +99,7 @@ def test_metrics_off_builds_no_metered_layer(open_manager: OpenManager) -> None:
     store = manager.store("s")
     store["a"] = 1
     manager.commit()
-    assert manager.metrics() == {"stores": {}, "cleaner": {}}
+    assert manager.metrics() == {"stores": {}, "cleaner": {}, "transactions": {}}
     assert manager.metrics_registry is None
     assert store.changelog.append_observer is None
 
@@ -147,7 +147,7 @@ def test_restore_progress_reports_remaining_records(open_manager: OpenManager) -
     def progress(p: Any) -> None:
         m = reopened.metrics_registry
         assert m is not None
-        values = {s.definition.name: s.value for s in m.samples() if s.tags[0][1] == "s"}
+        values = {s.definition.name: s.value for s in m.samples() if s.tags and s.tags[0][1] == "s"}
         seen.append((values["restore-total"], values["restore-remaining-records-total"]))
 
     reopened.store("s", config=StoreConfig(restore_batch_records=30), progress=progress)
