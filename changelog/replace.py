@@ -113,12 +113,51 @@ def replace_segments(
     """Replace ``old_segments`` of ``existing`` (the log's segments, active last) by ``new_segments``.
 
     Steps S2-S6 (module docstring), after :func:`prepare_replace` has run
-    S0-S1b.  ``install`` receives the new segment list at S3;
-    ``schedule_delete`` renames one segment's files to ``.deleted`` and
-    queues them for removal (S4).
+    S0-S1b.  ``install`` receives the new segment list at S3 (it replaces
+    the contents of ``existing``); ``schedule_delete`` renames one segment's
+    files to ``.deleted``, closes it and queues it for removal (S4).
+
+    A failure fails the log, whose abandon closes the segments of its list.
+    Before it propagates, this closes the segments no list holds any more:
+    new segments not yet swapped in (S2) and old ones taken out but not yet
+    queued (S3-S4).  Their descriptors stayed open for the life of the
+    process before (``tests/changelog/test_replace_fds.py``).
     """
     new = sorted(new_segments, key=lambda segment: segment.base_offset)
     old = sorted(old_segments, key=lambda segment: segment.base_offset)
+    try:
+        _swap(
+            existing,
+            new,
+            old,
+            directory=directory,
+            install=install,
+            schedule_delete=schedule_delete,
+        )
+    except BaseException:
+        held = {id(segment) for segment in existing}
+        for segment in (*new, *old):
+            if id(segment) not in held:
+                segment.close()  # idempotent: those already queued are closed
+        raise
+    logger.info(
+        "%sreplaced segment(s) %s with %s",
+        log_prefix,
+        [segment.base_offset for segment in old],
+        [segment.base_offset for segment in new],
+    )
+
+
+def _swap(
+    existing: Sequence[LogSegment],
+    new: list[LogSegment],
+    old: list[LogSegment],
+    *,
+    directory: Path,
+    install: Callable[[list[LogSegment]], None],
+    schedule_delete: Callable[[LogSegment], None],
+) -> None:
+    """S2-S6 for :func:`replace_segments` (``new`` and ``old`` sorted by base offset)."""
     for segment in reversed(new):  # S2
         segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
     old_ids = {id(segment) for segment in old}  # S3
@@ -131,9 +170,3 @@ def replace_segments(
     for segment in new:  # S5
         segment.change_file_suffixes(files.SWAP_SUFFIX, "")
     files.fsync_dir(directory, "replace.fsync_dir")  # S6
-    logger.info(
-        "%sreplaced segment(s) %s with %s",
-        log_prefix,
-        [segment.base_offset for segment in old],
-        [segment.base_offset for segment in new],
-    )

@@ -52,7 +52,8 @@ class CrashAt:
             raise SimulatedCrash(f"crash before step {self.k}: {step} {path}")
 
 
-def _fds_under(directory: Path) -> list[int]:
+def fds_under(directory: Path) -> list[int]:
+    """The descriptors of this process open on ``directory`` or a file below it (``/proc/self/fd``)."""
     root = str(directory.resolve())
     found = []
     for link in Path("/proc/self/fd").iterdir():
@@ -74,7 +75,7 @@ def abandon_dir(directory: Path) -> int:
     is left belongs to garbage that will never close it.
     """
     gc.collect()
-    fds = _fds_under(directory)
+    fds = fds_under(directory)
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -22,7 +22,8 @@ power-loss test's subject (``test_power_loss.py``).  Checked:
   failure hit the cleaner's own ``.cleaned`` files, in which case the log must
   still take appends;
 - nothing acknowledged is lost: reopened without faults, the log is exactly the
-  model after some commit ``j >= the last acknowledged``, and takes appends.
+  model after some commit ``j >= the last acknowledged``, and takes appends;
+- no descriptor on the trial's directory is left open (``/proc/self/fd``).
 
 Each trial goes to the ``io-error.<kind>`` lines of the reliability summary.
 """
@@ -44,6 +45,7 @@ from changelog.fs import files
 from changelog.log import Log
 from tests.reliability import stats
 from tests.reliability.conftest import SOAK_SCALE
+from tests.reliability.crash import fds_under
 from tests.reliability.model import ModelCache, commit_ops, seq_of
 from tests.reliability.writers import read_log_state
 
@@ -165,6 +167,10 @@ def run_trial(
         reopened.append(commit_ops(SEED, seq + 1))
     finally:
         reopened.close()
+    # The failed log was abandoned and the reopened one closed: nothing may keep a descriptor
+    # (a failed swap used to leak its segments': tests/changelog/test_replace_fds.py).
+    leaked = fds_under(directory)
+    assert not leaked, f"fault at step {k} ({steps[k]}): {len(leaked)} descriptors left open"
     return "failed" if outcome.error is not None else "cleaner"
 
 
