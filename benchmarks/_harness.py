@@ -43,10 +43,13 @@ __all__ = [
     "make_keys",
     "make_values",
     "median",
+    "median_of",
     "print_table",
+    "rate_result",
     "rss_bytes",
     "run_reps",
     "scratch_dir",
+    "time_result",
     "timed",
     "timed_both",
 ]
@@ -289,6 +292,66 @@ class Stopwatch:
 
     def stop(self) -> Timing:
         return Timing(time.perf_counter() - self._wall, time.process_time() - self._cpu)
+
+
+# --------------------------------------------------------------------------- result lines
+
+
+def median_of(ts: Sequence[Timing], attr: str = "wall") -> float:
+    """The median ``attr`` (``wall`` or ``cpu`` seconds) of ``ts``."""
+    return median([getattr(t, attr) for t in ts])
+
+
+def rate_result(
+    name: str,
+    n: int,
+    unit: str,
+    measured: Sequence[Timing],
+    baseline_name: str | None = None,
+    baseline: Sequence[Timing] = (),
+    target: Target | None = None,
+    note: str = "",
+    group: str = "store",
+) -> Result:
+    """A throughput line: ``n`` operations per median second (higher is better)."""
+    cpu_ratio = median_of(baseline, "cpu") / median_of(measured, "cpu") if baseline else None
+    return Result(
+        name=name,
+        value=n / median_of(measured),
+        unit=unit,
+        baseline_name=baseline_name,
+        baseline_value=n / median_of(baseline) if baseline else None,
+        target=target,
+        samples=[n / t.wall for t in measured],
+        baseline_samples=[n / t.wall for t in baseline],
+        note=note,
+        group=group,
+        cpu_ratio=cpu_ratio,
+    )
+
+
+def time_result(
+    name: str,
+    measured: Sequence[Timing],
+    baseline_name: str | None = None,
+    baseline: Sequence[Timing] = (),
+    target: Target | None = None,
+    note: str = "",
+) -> Result:
+    """A duration line: median seconds (lower is better)."""
+    cpu_ratio = median_of(measured, "cpu") / median_of(baseline, "cpu") if baseline else None
+    return Result(
+        name=name,
+        value=median_of(measured),
+        unit="s",
+        baseline_name=baseline_name,
+        baseline_value=median_of(baseline) if baseline else None,
+        target=target,
+        samples=[t.wall for t in measured],
+        baseline_samples=[t.wall for t in baseline],
+        note=note,
+        cpu_ratio=cpu_ratio,
+    )
 
 
 @contextmanager

@@ -60,8 +60,11 @@ from benchmarks._harness import (
     make_keys,
     make_values,
     median,
+    median_of,
     print_table,
+    rate_result,
     scratch_dir,
+    time_result,
     timed_both,
 )
 
@@ -193,60 +196,6 @@ def packed_pairs(keys: Sequence[bytes], values: Sequence[Any]) -> list[tuple[byt
 def _alloc_bytes(path: Path) -> int:
     """Bytes the file system allocated (preallocated sparse index files count as used blocks)."""
     return path.stat().st_blocks * 512
-
-
-def _med(ts: Sequence[Timing], attr: str = "wall") -> float:
-    return median([getattr(t, attr) for t in ts])
-
-
-def rate_result(
-    name: str,
-    n: int,
-    unit: str,
-    measured: Sequence[Timing],
-    baseline_name: str | None = None,
-    baseline: Sequence[Timing] = (),
-    target: Target | None = None,
-    note: str = "",
-) -> Result:
-    """A throughput line: ``n`` operations per median second (higher is better)."""
-    cpu_ratio = _med(baseline, "cpu") / _med(measured, "cpu") if baseline else None
-    return Result(
-        name=name,
-        value=n / _med(measured),
-        unit=unit,
-        baseline_name=baseline_name,
-        baseline_value=n / _med(baseline) if baseline else None,
-        target=target,
-        samples=[n / t.wall for t in measured],
-        baseline_samples=[n / t.wall for t in baseline],
-        note=note,
-        cpu_ratio=cpu_ratio,
-    )
-
-
-def time_result(
-    name: str,
-    measured: Sequence[Timing],
-    baseline_name: str | None = None,
-    baseline: Sequence[Timing] = (),
-    target: Target | None = None,
-    note: str = "",
-) -> Result:
-    """A duration line: median seconds (lower is better)."""
-    cpu_ratio = _med(measured, "cpu") / _med(baseline, "cpu") if baseline else None
-    return Result(
-        name=name,
-        value=_med(measured),
-        unit="s",
-        baseline_name=baseline_name,
-        baseline_value=_med(baseline) if baseline else None,
-        target=target,
-        samples=[t.wall for t in measured],
-        baseline_samples=[t.wall for t in baseline],
-        note=note,
-        cpu_ratio=cpu_ratio,
-    )
 
 
 # ------------------------------------------------------------------ put, get, range
@@ -583,14 +532,14 @@ def case_restore(sz: BenchSizes, reps: int) -> list[Result]:
         out.append(
             Result(
                 name=name,
-                value=n / _med(ss),
+                value=n / median_of(ss),
                 unit="rec/s",
                 baseline_name="quixstreams recovery",
-                baseline_value=qn / _med(quix),
+                baseline_value=qn / median_of(quix),
                 target=Target("ratio>=", 3.0),
                 samples=[n / t.wall for t in ss],
                 baseline_samples=[qn / t.wall for t in quix],
-                cpu_ratio=(n / _med(ss, "cpu")) / (qn / _med(quix, "cpu")),
+                cpu_ratio=(n / median_of(ss, "cpu")) / (qn / median_of(quix, "cpu")),
                 note=(
                     f"quix replayed {qn:,} of the same pairs"
                     + (" (all of them)" if qn == n else f" (a prefix of {n:,}: compared as rates)")

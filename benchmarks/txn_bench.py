@@ -38,6 +38,7 @@ Run it through the runner (``python -m benchmarks.run --only txn``) or alone:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -60,9 +61,12 @@ from benchmarks._harness import (
     make_keys,
     make_values,
     median,
+    median_of,
     print_table,
+    rate_result,
     scratch_dir,
 )
+from benchmarks.store_bench import write_store
 
 __all__ = ["CASES", "TxnSizes", "main"]
 
@@ -143,34 +147,8 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def _med(ts: Sequence[Timing], attr: str = "wall") -> float:
-    return median([getattr(t, attr) for t in ts])
-
-
-def _rate(
-    name: str,
-    n: int,
-    unit: str,
-    measured: Sequence[Timing],
-    baseline_name: str | None = None,
-    baseline: Sequence[Timing] = (),
-    target: Target | None = None,
-    note: str = "",
-) -> Result:
-    cpu_ratio = _med(baseline, "cpu") / _med(measured, "cpu") if baseline else None
-    return Result(
-        name=name,
-        value=n / _med(measured),
-        unit=unit,
-        baseline_name=baseline_name,
-        baseline_value=n / _med(baseline) if baseline else None,
-        target=target,
-        samples=[n / t.wall for t in measured],
-        baseline_samples=[n / t.wall for t in baseline],
-        note=note,
-        group="txn",
-        cpu_ratio=cpu_ratio,
-    )
+_med = median_of
+_rate = functools.partial(rate_result, group="txn")
 
 
 def _rotated(fns: Sequence[Callable[[], None]], rep: int) -> list[Callable[[], None]]:
@@ -198,15 +176,6 @@ def fsync_latency_s(directory: Path, probes: int) -> float:
 # ------------------------------------------------------------------ single
 
 
-def _put_commit(store: Any, keys: Sequence[bytes], values: Sequence[Any], every: int) -> None:
-    put = store.put
-    commit = store.commit
-    for start in range(0, len(keys), every):
-        for i in range(start, min(start + every, len(keys))):
-            put(keys[i], values[i])
-        commit()
-
-
 def case_single(sz: TxnSizes, log: list[str]) -> list[Result]:
     n = sz.single_records
     keys = make_keys(n)
@@ -221,7 +190,7 @@ def case_single(sz: TxnSizes, log: list[str]) -> list[Result]:
                 with _manager(d / "ss") as manager:
                     store = _store(manager, "s")
                     sw = Stopwatch().start()
-                    _put_commit(store, keys, values, sz.commit_every)
+                    write_store(store, keys, values, commit_every=sz.commit_every)
                     ours.append(sw.stop())
 
             def run_floor(d: Path = d) -> None:
@@ -296,7 +265,7 @@ def case_multi(sz: TxnSizes, log: list[str]) -> list[Result]:
                 with _manager(d / "single") as manager:
                     store = _store(manager, "s")
                     sw = Stopwatch().start()
-                    _put_commit(store, keys, values, total_per_commit)
+                    write_store(store, keys, values, commit_every=total_per_commit)
                     single.append(sw.stop())
 
             def probe(d: Path = d) -> None:
