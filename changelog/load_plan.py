@@ -103,6 +103,7 @@ from changelog.record.batch import (
     decode_header,
 )
 from changelog.record.header import field_offset
+from changelog.segment.mapped import MappedFile, batch_candidates
 from changelog.segment.offset_index import OffsetIndex
 from changelog.segment.reader import SegmentReader
 from changelog.segment.time_index import TimeIndex
@@ -125,7 +126,6 @@ _MAGIC_POSITION: Final = field_offset("magic")
 _LAST_OFFSET_DELTA_AT: Final = field_offset("last_offset_delta")
 _BASE_OFFSET: Final = struct.Struct(">q")
 _DELTA: Final = struct.Struct(">i")
-_MAGIC_BYTE: Final = bytes([MAGIC])
 _PAGE: Final = 4096
 
 Action = Literal[
@@ -556,7 +556,7 @@ class _SegmentCheck:
                 )
             else:
                 if is_last and strict:
-                    with _mapped(self.log_path) as data:
+                    with MappedFile(self.log_path) as data:
                         problem = self._indexed_beyond(data, valid, next_offset)
                     if problem is not None:
                         raise LogInconsistencyError(
@@ -590,7 +590,7 @@ class _SegmentCheck:
         damage above the recovery point is cut, with what follows it (Kafka's
         rule), since unflushed appends may have reached the disk in any order.
         """
-        with _mapped(self.log_path) as data:
+        with MappedFile(self.log_path) as data:
             problem = None
             if next_offset < recovery_point:
                 problem = (
@@ -668,29 +668,6 @@ def _torn_last_offset(data: bytes | mmap.mmap, position: int) -> int | None:
     return base + delta
 
 
-class _mapped:  # noqa: N801 - a context manager used like a function
-    """The whole file, read-only (an empty file maps to ``b""``)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._map: mmap.mmap | None = None
-
-    def __enter__(self) -> bytes | mmap.mmap:
-        try:
-            with self._path.open("rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if size == 0:
-                    return b""
-                self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError as exc:
-            raise LogStorageError(self._path, "read", exc) from exc
-        return self._map
-
-    def __exit__(self, *_exc: object) -> None:
-        if self._map is not None:
-            self._map.close()
-
-
 def _last_offset_at(reader: SegmentReader, position: int) -> int | None:
     """The last offset of the batch whose header is at ``position``, ``None`` if there is none."""
     try:
@@ -729,22 +706,15 @@ def _valid_batch_after(
     data: bytes | mmap.mmap, position: int, path: Path
 ) -> tuple[int, BatchHeader] | None:
     """The first position after ``position`` where a whole, CRC-valid batch starts."""
-    candidate = position + 1
-    while True:
-        found = data.find(_MAGIC_BYTE, candidate + _MAGIC_POSITION)
-        if found < 0:
-            return None
-        candidate = found - _MAGIC_POSITION
-        if candidate + BATCH_HEADER_SIZE <= len(data):
-            try:
-                header = decode_header(data, candidate, path=path, validate=True)
-            except UnsupportedFormatError:
-                return candidate, decode_header(data, candidate, path=path)
-            except CorruptRecordError:
-                pass
-            else:
-                return candidate, header
-        candidate += 1
+    for candidate in batch_candidates(data, position):
+        try:
+            header = decode_header(data, candidate, path=path, validate=True)
+        except UnsupportedFormatError:
+            return candidate, decode_header(data, candidate, path=path)
+        except CorruptRecordError:
+            continue
+        return candidate, header
+    return None
 
 
 # --------------------------------------------------------------------------- the plan

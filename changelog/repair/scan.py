@@ -18,24 +18,21 @@ makes the figures stale.
 from __future__ import annotations
 
 import mmap
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
 
 import attrs
 
 from changelog.errors import CorruptRecordError, LogStorageError, UnsupportedFormatError
 from changelog.fs import files
 from changelog.record.batch import (
-    BATCH_HEADER_SIZE,
-    MAGIC,
     BatchHeader,
     decode_header,
     decode_key_values,
 )
 from changelog.record.control import ControlRecordType, read_marker
-from changelog.record.header import NO_PRODUCER_ID, field_offset
+from changelog.record.header import NO_PRODUCER_ID
+from changelog.segment.mapped import MappedFile, batch_candidates
 
 __all__ = [
     "Batch",
@@ -47,9 +44,6 @@ __all__ = [
     "segment_files",
     "walk",
 ]
-
-_MAGIC_POSITION: Final = field_offset("magic")
-_MAGIC_BYTE: Final = bytes([MAGIC])
 
 
 @attrs.frozen
@@ -110,44 +104,15 @@ class Damage:
     reason: str
 
 
-class _Mapped:
-    """The whole file, read-only (an empty file maps to ``b""``)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._map: mmap.mmap | None = None
-
-    def __enter__(self) -> bytes | mmap.mmap:
-        try:
-            with self._path.open("rb") as handle:
-                if os.fstat(handle.fileno()).st_size == 0:
-                    return b""
-                self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError as exc:
-            raise LogStorageError(self._path, "read", exc) from exc
-        return self._map
-
-    def __exit__(self, *_exc: object) -> None:
-        if self._map is not None:
-            self._map.close()
-
-
 def _next_valid(data: bytes | mmap.mmap, start: int, path: Path) -> int:
     """The first position after ``start`` where a whole, CRC-valid batch starts, else the end."""
-    candidate = start + 1
-    while True:
-        found = data.find(_MAGIC_BYTE, candidate + _MAGIC_POSITION)
-        if found < 0:
-            return len(data)
-        candidate = found - _MAGIC_POSITION
-        if candidate + BATCH_HEADER_SIZE <= len(data):
-            try:
-                decode_header(data, candidate, path=path, validate=True)
-            except (CorruptRecordError, UnsupportedFormatError):
-                pass
-            else:
-                return candidate
-        candidate += 1
+    for candidate in batch_candidates(data, start):
+        try:
+            decode_header(data, candidate, path=path, validate=True)
+        except (CorruptRecordError, UnsupportedFormatError):
+            continue
+        return candidate
+    return len(data)
 
 
 def walk(path: Path, start_position: int = 0) -> Iterator[Batch | Damage]:
@@ -156,7 +121,7 @@ def walk(path: Path, start_position: int = 0) -> Iterator[Batch | Damage]:
     A batch is valid when its framing and CRC-32C hold; offsets are reported as
     found (a remedy prints them, it does not judge their order).
     """
-    with _Mapped(path) as data:
+    with MappedFile(path) as data:
         position = start_position
         while position < len(data):
             try:
