@@ -25,12 +25,15 @@ import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from statestore.cli.errors import UsageError, non_negative
 from statestore.cli.output import VALUE_FORMATS, decode_for_display, format_table, write_json
 from statestore.cli.reverify import reverify
 from statestore.cli.statedir import is_partition_dir, lock_holder
+
+if TYPE_CHECKING:
+    from changelog.config import LogConfig
 
 __all__ = [
     "add_repair_parser",
@@ -38,6 +41,7 @@ __all__ = [
     "cmd_rebuild_indexes",
     "cmd_truncate",
     "partition_locks",
+    "recorded_log_config",
 ]
 
 _CHANGELOG_DIR: Final = re.compile(r"^.+-changelog-\d+$")
@@ -58,6 +62,29 @@ def state_dir_of(partition: Path) -> Path | None:
     if _CHANGELOG_DIR.match(partition.resolve().name) and (parent / ".lock").exists():
         return parent
     return None
+
+
+def recorded_log_config(partition: Path) -> tuple[LogConfig, str]:
+    """The ``LogConfig`` the partition's store recorded, and where it was read from.
+
+    A ``<store>-changelog-<p>`` directory of a state directory takes the
+    ``log_config`` of ``<store>.metadata.json`` (docs/operations.md, "Store
+    metadata"), so a remedy's reopen (K7, X2) and its rebuilt indexes use the
+    log's own settings (``index_interval_bytes``: the index density); any other
+    partition directory, or a store without the file (round 1), gets
+    ``LogConfig``'s defaults.  A damaged file raises
+    :class:`~statestore.errors.CorruptStoreMetadataError`.
+    """
+    from changelog.config import LogConfig  # noqa: PLC0415
+    from statestore.stores.metadata import metadata_path, read_metadata  # noqa: PLC0415
+
+    state_dir = state_dir_of(partition)
+    if state_dir is not None:
+        store = partition.resolve().name.rsplit("-changelog-", 1)[0]
+        meta = read_metadata(state_dir, store)
+        if meta is not None:
+            return meta.log_config, str(metadata_path(partition.parent, store))  # as given
+    return LogConfig(), "LogConfig's defaults (no store metadata file)"
 
 
 @contextlib.contextmanager
@@ -217,7 +244,7 @@ def _run_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str
         else:
             out.write(f"\n{_DRY_RUN}\n")
         return 0
-    log_end = apply_truncation(plan)
+    log_end = apply_truncation(plan, config=recorded_log_config(plan.directory)[0])  # K7
     if args.json:
         ok, verify_doc = reverify(plan.directory, io.StringIO())
         write_json(
@@ -268,11 +295,15 @@ def cmd_drop_torn_tail(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_rebuild_indexes(args: argparse.Namespace, out: TextIO) -> int:
     """Rebuild every segment's ``.index``, ``.timeindex`` and ``.txnindex`` from its ``.log``."""
-    from changelog.config import LogConfig  # noqa: PLC0415
+    import attrs  # noqa: PLC0415
+
     from changelog.repair.indexes import apply_index_rebuild, plan_index_rebuild  # noqa: PLC0415
 
     partition = _partition_arg(args.partition)
-    config = LogConfig(index_interval_bytes=args.index_interval_bytes)
+    config, settings_from = recorded_log_config(partition)
+    if args.index_interval_bytes is not None:
+        config = attrs.evolve(config, index_interval_bytes=args.index_interval_bytes)
+        settings_from = "--index-interval-bytes"
     with partition_locks(partition, apply=args.apply, out=out):
         plan = plan_index_rebuild(partition, config=config)
         files_doc = [
@@ -290,11 +321,14 @@ def cmd_rebuild_indexes(args: argparse.Namespace, out: TextIO) -> int:
         ]
         doc: dict[str, Any] = {
             "directory": str(partition),
+            "index_interval_bytes": config.index_interval_bytes,
+            "index_interval_bytes_from": settings_from,
             "files": files_doc,
             "steps": plan.steps(),
         }
         if not args.json:
-            out.write(f"rebuild the indexes of {partition} from its .log files\n\n")
+            out.write(f"rebuild the indexes of {partition} from its .log files\n")
+            out.write(f"index.interval.bytes {config.index_interval_bytes} ({settings_from})\n\n")
             rows = [
                 [
                     f.path.name,
@@ -413,8 +447,11 @@ def add_repair_parser(sub: Any) -> None:
     indexes.add_argument(
         "--index-interval-bytes",
         type=non_negative,
-        default=4096,
-        help="index.interval.bytes the log uses (default 4096)",
+        default=None,
+        help=(
+            "index.interval.bytes to rebuild with (default: the one the store recorded in "
+            "its metadata file, else 4096)"
+        ),
     )
     _common(indexes)
     indexes.set_defaults(func=cmd_rebuild_indexes)

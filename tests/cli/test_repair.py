@@ -17,6 +17,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from changelog.config import LogConfig
 from changelog.errors import ChangelogError
 from changelog.log import Log
 from statestore import AppliedOffsetMismatchError, StateManager
@@ -231,6 +232,81 @@ def test_rebuild_indexes_restores_a_wrong_time_index_entry(
     assert "verify: OK" in applied.out
     assert index.read_bytes() == good
     assert users_state(state) == live_users()
+
+
+def _index_entries(path: Path) -> list[tuple[int, int]]:
+    """``(relative offset, position)`` of every entry of an ``.index`` file (zeros at the end: none)."""
+    data = path.read_bytes()
+    entries = [
+        (int.from_bytes(data[i : i + 4], "big"), int.from_bytes(data[i + 4 : i + 8], "big"))
+        for i in range(0, len(data) - 7, 8)
+    ]
+    while len(entries) > 1 and entries[-1] == (0, 0):
+        entries.pop()
+    return entries
+
+
+DENSE_LOG = LogConfig(segment_bytes=8192, index_interval_bytes=128)
+"""An index entry every ~2 of the small batches below; LogConfig's default 4096 makes ~2 a segment."""
+
+
+@pytest.fixture
+def dense(tmp_path: Path) -> Path:
+    """A store ``dense`` of 300 one-record commits (several segments), its changelog partition."""
+    state = tmp_path / "dense-state"
+    with StateManager(state, config=QUIET, log_config=DENSE_LOG) as manager:
+        store = manager.store("dense")
+        for i in range(300):
+            store.put(user(i % 50), {"i": i})
+            manager.commit()
+    partition = state / "dense-changelog-0"
+    assert len(list(partition.glob("*.log"))) >= 3
+    return partition
+
+
+def test_rebuild_indexes_rebuilds_at_the_density_the_store_recorded(
+    dense: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--index-interval-bytes`` the rebuilt indexes are byte for byte the log's own;
+    with the default 4096 they had a few entries a segment instead of ~20."""
+    written = {p.name: p.read_bytes() for p in sorted(dense.glob("*index"))}
+    assert all(len(_index_entries(dense / n)) > 10 for n in written if n.endswith("0.index"))
+    for name in written:
+        (dense / name).unlink()
+    dry = run_cli(["repair", "rebuild-indexes", str(dense)], capsys)
+    assert dry.status == 0, dry.err
+    assert f"index.interval.bytes 128 ({dense.parent / 'dense.metadata.json'})" in dry.out
+    doc = json.loads(run_cli(["repair", "rebuild-indexes", str(dense), "--json"], capsys).out)
+    assert doc["plan"]["index_interval_bytes"] == 128
+    applied = run_cli(["repair", "rebuild-indexes", str(dense), "--apply"], capsys)
+    assert applied.status == 0, applied.err
+    assert {p.name: p.read_bytes() for p in sorted(dense.glob("*index"))} == written
+    sparse = run_cli(
+        ["repair", "rebuild-indexes", str(dense), "--index-interval-bytes", "4096", "--json"],
+        capsys,
+    )
+    changed = [f for f in json.loads(sparse.out)["plan"]["files"] if f["changes"]]
+    assert changed, "the override is taken too"
+
+
+def test_truncate_rebuilds_the_cut_segments_index_at_the_recorded_density(
+    dense: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """K5 deletes the cut segment's indexes and K7's open rebuilds them: with the log's
+    ``index_interval_bytes`` they keep every entry below the cut."""
+    first = sorted(dense.glob("*.log"))[1]
+    index = first.with_suffix(".index")
+    base = int(first.name[:20])
+    before = _index_entries(index)
+    assert len(before) > 10
+    relative, cut_at = before[-3]  # cut at the batch of the third-last entry
+    offset = base + relative
+    applied = run_cli(
+        ["repair", "truncate", str(dense), "--offset", str(offset), "--apply"], capsys
+    )
+    assert applied.status == 0, applied.err
+    assert first.stat().st_size == cut_at
+    assert _index_entries(index) == [entry for entry in before if entry[1] < cut_at]
 
 
 def test_rebuild_indexes_refuses_a_damaged_log_and_a_locked_state(
