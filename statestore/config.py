@@ -162,5 +162,6 @@ class StateManagerConfig:
         default="INFO", validator=_one_of(_RECORDING_LEVELS)
     )
     """Which metrics are recorded (Kafka's ``metrics.recording.level``): ``INFO`` the
-    counters, commit histograms and gauges; ``DEBUG`` also the per-get latency;
+    commit counters, histograms and gauges; ``DEBUG`` also the per-operation ones
+    (put, get and delete counts, the per-get latency; a Python call per put and get);
     ``OFF`` none (the stores are built without their metered layer)."""
