@@ -97,6 +97,7 @@ __all__ = [
     "Record",
     "apply_key_values",
     "batch_extents",
+    "compiled_encoder_available",
     "declared_size",
     "decode_header",
     "decode_key_values",
@@ -134,6 +135,23 @@ def _load_fast_codec() -> tuple[Any, Any, tuple[type[BaseException], ...]] | Non
 _FAST: Final = _load_fast_codec()
 
 
+def _load_record_encoder() -> Callable[[Sequence[Any], int], bytearray] | None:
+    """Our compiled record encoder (``changelog/record/_records.c``), or ``None`` if it was not built."""
+    try:
+        from changelog.record._records import encode_plain  # noqa: PLC0415 - optional
+    except ImportError:
+        return None
+    return encode_plain
+
+
+_ENCODE_PLAIN: Final = _load_record_encoder()
+
+
+def compiled_encoder_available() -> bool:
+    """Whether the compiled record encoder is built (else the append path uses aiokafka's builder)."""
+    return _ENCODE_PLAIN is not None
+
+
 def fast_codec_available() -> bool:
     """Whether aiokafka's compiled codec is loaded (else the pure-Python reference runs)."""
     return _FAST is not None
@@ -167,6 +185,19 @@ def encode_batch(
     Kafka's producer compresses them.  Anything else, or no pairs at all,
     raises :class:`InvalidRecordError`.
     """
+    if _ENCODE_PLAIN is not None and headers is None and type(pairs) in _LIST_OR_TUPLE:
+        encoded = _encode_plain(
+            base_offset,
+            pairs,
+            timestamp_ms=timestamp_ms,
+            compression=compression,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            is_transactional=is_transactional,
+        )
+        if encoded is not None:
+            return encoded
     if _FAST is None:
         return encode_batch_py(
             base_offset,
@@ -211,6 +242,56 @@ def encode_batch(
         raise bad_pair(delta, pairs[delta]) from exc
     buf = builder.build()
     patch_header(buf, base_offset=base_offset, partition_leader_epoch=PARTITION_LEADER_EPOCH)
+    return _finish(buf, 0, compression)
+
+
+_LIST_OR_TUPLE: Final = (list, tuple)
+
+
+def _encode_plain(
+    base_offset: int,
+    pairs: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    timestamp_ms: int,
+    compression: Compression | None,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool,
+) -> bytes | None:
+    """:func:`encode_batch` through the compiled record encoder; ``None``: a pair it refused.
+
+    The records come from C in one loop (the same bytes as
+    :func:`~changelog.record.body.encode_body`, tests hold them equal), the
+    header and its CRC-32C (hardware, ``crc32c``) from :func:`write_header`.
+    A pair the encoder refuses (not an exact ``(bytes | None, bytes | None)``
+    tuple) sends the caller down the other path, which reports it.
+    """
+    pairs = check_pairs(pairs)
+    check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
+    check_timestamp("timestamp_ms", timestamp_ms)
+    check_producer_state(
+        producer_id, producer_epoch, base_sequence, is_transactional=is_transactional
+    )
+    try:
+        buf = _ENCODE_PLAIN(pairs, BATCH_HEADER_SIZE)  # type: ignore[misc]  # checked by the caller
+    except TypeError:
+        return None
+    plain = write_header(
+        buf,
+        base_offset=base_offset,
+        partition_leader_epoch=PARTITION_LEADER_EPOCH,
+        attributes=TRANSACTIONAL_FLAG_MASK if is_transactional else 0,
+        last_offset_delta=len(pairs) - 1,
+        base_timestamp=timestamp_ms,
+        max_timestamp=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=len(pairs),
+    )
+    if compression is None or compression.codec == NONE:
+        return plain
     return _finish(buf, 0, compression)
 
 
