@@ -90,7 +90,6 @@ from changelog.loader import LoadedLog
 from changelog.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
 from changelog.log_reader import located_batches, open_snapshot, records_in_range
 from changelog.log_segments import LogSegments
-from changelog.overlap import run_beside
 from changelog.producer_state import rebuild_producer_state
 from changelog.record.batch import (
     PARTITION_LEADER_EPOCH,
@@ -369,7 +368,6 @@ class Log:
         *,
         headers: Sequence[Headers] | None = None,
         defer_flush: bool = False,
-        beside: Callable[[AppendInfo], None] | None = None,
     ) -> AppendInfo:
         """Append ``records`` (``(key, value)`` pairs; ``None`` value = tombstone) as one batch.
 
@@ -391,14 +389,6 @@ class Log:
         with :meth:`sync_to` before acknowledging (a transaction's data round
         syncs its logs together, :func:`~changelog.group_commit.sync_logs`),
         or else the next append (or flush) of this log does.
-
-        ``beside``, if given, is called once with the :class:`AppendInfo`
-        after the batch is written: on a helper thread *while* this thread
-        waits for the batch's fsync when the policy fsyncs it here
-        (:func:`changelog.overlap.run_beside`: the commit costs about the
-        longer of the two), else on this thread right away.  It has returned
-        when this does; the fsync's error is raised before its own.  Nothing
-        is acknowledged to it: it runs before the batch is durable.
         """
         self._check_open()
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
@@ -411,7 +401,7 @@ class Log:
         with self.lock:
             self._check_open()
             info = self._append_locked(batch, len(records), stamp)
-        return self._finish_append(info, defer_flush=defer_flush, beside=beside)
+        return self._finish_append(info, defer_flush=defer_flush)
 
     def append_transactional(
         self,
@@ -498,34 +488,16 @@ class Log:
             entry = self._producers.entry(producer_id)
             return None if entry is None else entry.epoch
 
-    def _finish_append(
-        self,
-        info: AppendInfo,
-        *,
-        defer_flush: bool,
-        beside: Callable[[AppendInfo], None] | None = None,
-    ) -> AppendInfo:
-        """A2 outside ``lock``: wait for the group commit when the policy wants it (``beside`` meanwhile)."""
+    def _finish_append(self, info: AppendInfo, *, defer_flush: bool) -> AppendInfo:
+        """A2 outside ``lock``: wait for the group commit when the policy wants it."""
         if info.flush_due and not defer_flush:
-            end = info.last_offset + 1
-            if beside is None:
-                flush_time_s = self._timed_sync(end)
-            else:
-                written = info
-                flush_time_s = run_beside(lambda: beside(written), lambda: self._timed_sync(end))
-            info = attrs.evolve(info, flushed=True, flush_time_s=flush_time_s)
-        elif beside is not None:
-            beside(info)
+            started = time.perf_counter()
+            self._group.sync_to(info.last_offset + 1)
+            info = attrs.evolve(info, flushed=True, flush_time_s=time.perf_counter() - started)
         observer = self.append_observer
         if observer is not None:
             observer(info)
         return info
-
-    def _timed_sync(self, end: int) -> float:
-        """The group commit's :meth:`~GroupCommit.sync_to` below ``end``; the seconds it took."""
-        started = time.perf_counter()
-        self._group.sync_to(end)
-        return time.perf_counter() - started
 
     def _check_batch(
         self, records: Sequence[tuple[bytes | None, bytes | None]], batch: bytearray

@@ -34,7 +34,6 @@ LAYERS: dict[str, int] = {
     "changelog.replace": 5,
     "changelog.recovery_point": 5,
     "changelog.group_commit": 5,
-    "changelog.overlap": 1,
     "changelog.producer_state": 5,
     "changelog.isolation": 5,
     "changelog.load_plan": 5,

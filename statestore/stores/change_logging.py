@@ -14,24 +14,7 @@ Commit protocol (one partition; the changelog is the source of truth), run by
    changelog; under the default flush policy the append fsyncs before it
    returns, so from here the commit is acknowledged and durable;
 2. apply the same writes and the new applied offset (the log end offset after
-   the append) to RocksDB with the WAL off.  Under ``incremental`` restore
-   this is one ``WriteBatch`` after step 1 has returned.  Under ``full``
-   restore (the default) it is two:
-
-   a. the writes alone, in one ``WriteBatch``, on a helper thread *while*
-      step 1's fsync runs (:func:`changelog.overlap.run_beside`, through
-      ``Log.append(beside=)``): the commit costs about the longer of the two
-      instead of their sum;
-   b. once the fsync has returned, the applied offset alone.
-
-   So under both modes the applied offset RocksDB holds (what the open's
-   cross-check reads, :func:`statestore.stores.restore.check_applied_offset`)
-   never runs ahead of what the changelog made durable, even were RocksDB to
-   flush a memtable holding 2a's data before the fsync ended (a full
-   memtable, ``atomic_flush``); data ahead of the applied offset is harmless
-   under ``full`` restore, which deletes RocksDB at every open.  Under
-   ``incremental`` restore RocksDB's data is read back at the next open, so
-   none may reach it before it is durable in the changelog: no overlap;
+   the append) to RocksDB in one ``WriteBatch`` with the WAL off;
 3. (``incremental`` restore only) every ``flush_interval_records`` committed
    records, raise the changelog's cleaning barrier to an applied offset that
    RocksDB has made durable, without waiting on the commit path:
@@ -50,25 +33,18 @@ Commit protocol (one partition; the changelog is the source of truth), run by
    it persists is ever used: step 3 is skipped and RocksDB flushes its
    memtables only when they are full (and at close).
 
-Step 2a is the only part on another thread, and the caller waits for it
-before it returns or raises.  (Until issue 8 the whole of step 1 ran on a
-helper thread, encoding included, and measured 5-10% slower on this 2-core
-machine; only the fsync releases the GIL, so 2a now overlaps just the
-fsync, handed over with two lock operations: docs/performance.md.)  An
-error of 2a (:class:`StoreEngineError`) fails the partition after the
-fsync; a failed fsync raises as in step 1 whether or not 2a ran, and 2b is
-then not written.
+Steps 1 and 2 run one after the other on the caller's thread.  (Until issue
+8 step 1 ran on a helper thread so that its fsync overlapped step 2; on this
+2-core machine that measured 5-10% *slower* per commit, median of 200
+interleaved commits each way, so it was removed.)
 
 Recovery, matching the steps: a crash before 1 completes leaves the batch out
 of the changelog (the loader truncates a torn tail): the commit never happened.
 A crash after 1 and before 2 (or before RocksDB flushed 2) leaves RocksDB
 behind the changelog: the next open replays from RocksDB's stored applied
 offset (incremental) or from the log start offset (full), either way
-reaching the committed state.  A crash during step 1's fsync (full restore)
-may leave RocksDB with 2a's data but not its applied offset: the open reads
-that offset for its cross-check and deletes RocksDB.  RocksDB never holds an
-applied offset ahead of its data (3b writes ``X`` only once the data up to
-``X`` is on disk), and
+reaching the committed state.  RocksDB never holds an applied offset ahead of
+its data (3b writes ``X`` only once the data up to ``X`` is on disk), and
 replaying puts and tombstones a second time is idempotent.  Under a looser
 changelog flush policy (no fsync per append) a power cut can take a tail of
 the changelog that RocksDB has already persisted: the stored applied offset
@@ -268,20 +244,11 @@ class ChangeLoggingStore:
         :class:`StoreEngineError` (after the append; the partition is failed).
         """
         self._require_open("commit")
-        if self._hold_cleaning_barrier:  # incremental: RocksDB only after the fsync
-            try:
-                info = self._changelog.append(records)
-            except Exception as exc:  # noqa: BLE001 - mapped to CommitFailedError below
-                self._raise_append_error(exc)
-            self.apply(records, info.last_offset + 1)
-            return len(records)
-        try:  # full: step 2's data beside step 1's fsync (2a), the applied offset after it (2b)
-            info = self._changelog.append(records, beside=lambda _info: self._apply(records, None))
-        except StoreEngineError:
-            raise  # 2a failed (the partition is failed); the fsync succeeded
+        try:
+            info = self._changelog.append(records)
         except Exception as exc:  # noqa: BLE001 - mapped to CommitFailedError below
             self._raise_append_error(exc)
-        self._apply((), info.last_offset + 1)
+        self.apply(records, info.last_offset + 1)
         return len(records)
 
     def append_transactional(
@@ -346,20 +313,16 @@ class ChangeLoggingStore:
                 ) from exc
             raise
 
-    def _apply(self, records: Sequence[tuple[bytes, bytes | None]], applied: int | None) -> None:
-        """``records`` and (unless ``None``) the applied offset into RocksDB; an error fails the partition."""
-        try:
-            self._engine.write(records, applied)
-        except StoreEngineError:
-            self._move(StoreState.FAILED, "commit")
-            raise
-
     def apply(self, records: Sequence[tuple[bytes, bytes | None]], applied: int) -> None:
         """Steps 2-3: apply committed ``records`` to RocksDB with the applied offset ``applied``.
 
         A :class:`StoreEngineError` fails the partition.
         """
-        self._apply(records, applied)
+        try:
+            self._engine.write(records, applied)
+        except StoreEngineError:
+            self._move(StoreState.FAILED, "commit")
+            raise
         if self._hold_cleaning_barrier:
             self._unflushed_records += len(records)
             if self._flushing_offset is not None:

@@ -303,17 +303,14 @@ class RocksDBEngine:
     def write(
         self,
         records: Iterable[tuple[bytes, bytes | None]],
-        applied_offset: int | None,
+        applied_offset: int,
         *,
         meta: Mapping[bytes, bytes] | None = None,
     ) -> None:
         """Apply ``records`` (``None`` value: delete) and the applied offset in one WriteBatch.
 
-        ``applied_offset=None`` writes the data alone and leaves the stored
-        applied offset as it is (a commit that applies its data beside its
-        changelog fsync writes the offset, with no records, after the fsync).
-        ``meta`` entries go to the metadata column family in the same
-        WriteBatch (the applied offset's own key is reserved).  A record whose key is not
+        ``meta`` entries go to the metadata column family in the same WriteBatch
+        (the applied offset's own key is reserved).  A record whose key is not
         ``bytes`` raises ``KeyError`` (rocksdict's raw mode) before anything is
         written; restore reports it as a record without a key.
         """
@@ -342,11 +339,10 @@ class RocksDBEngine:
         """
         return rocksdict.WriteBatch(raw_mode=True)
 
-    def write_batch(self, batch: Any, applied_offset: int | None) -> None:
-        """Add the applied offset (unless ``None``) to ``batch`` (from :meth:`new_write_batch`) and write it, WAL off."""
+    def write_batch(self, batch: Any, applied_offset: int) -> None:
+        """Add the applied offset to ``batch`` (from :meth:`new_write_batch`) and write it, WAL off."""
         self._check_open("write")
-        if applied_offset is not None:
-            batch.put(_APPLIED_OFFSET_KEY, _OFFSET.pack(applied_offset), self._meta)
+        batch.put(_APPLIED_OFFSET_KEY, _OFFSET.pack(applied_offset), self._meta)
         with _EngineErrors(self._path, "write"):
             self._db.write(batch, self._write_options)
 

@@ -7,7 +7,6 @@ builds them; "inner" below is the engine, "the changelog" the Log.
 
 from __future__ import annotations
 
-import errno
 import shutil
 import time
 from collections.abc import Iterator
@@ -472,98 +471,3 @@ def test_the_buffers_get_maps_rocksdb_failures_like_the_engine(tmp_path: Path) -
     reopened = RocksDBEngine.open(tmp_path / "kv-rocksdb-0", config=RocksDBConfig(), cache=None)
     assert reopened.get(b"k") == b"v"
     reopened.close()
-
-
-# ------------------------------------------- step 2 beside step 1's fsync (full restore)
-
-
-def _in_fsync(
-    part: WriteBuffer, seen: list[tuple[bytes | None, int | None]], *, key: bytes
-) -> files.FaultHook:
-    """A hook that, inside the ``.log`` fsync, records what RocksDB holds (after 2a had time)."""
-
-    def hook(step: str, _path: Path) -> None:
-        if step != "segment.flush":
-            return
-        engine = part.inner.engine
-        deadline = time.monotonic() + 10
-        while engine.get(key) is None and time.monotonic() < deadline:
-            time.sleep(0.001)  # 2a runs on the helper thread meanwhile (full restore)
-        seen.append((engine.get(key), engine.applied_offset()))
-
-    return hook
-
-
-def test_full_restore_applies_the_data_beside_the_fsync_and_the_offset_after(
-    tmp_path: Path,
-) -> None:
-    part = _partition(tmp_path, hold_cleaning_barrier=False, interval=1000)
-    try:
-        part.put_many([(b"a", b"1"), (b"b", b"2")])
-        part.commit()
-        seen: list[tuple[bytes | None, int | None]] = []
-        part.put_many([(b"c", b"3"), (b"d", b"4")])
-        with files.inject_faults(_in_fsync(part, seen, key=b"d")):
-            part.commit()
-        assert seen == [(b"4", 2)]  # during the fsync: the data, and the old applied offset
-        assert part.inner.engine.applied_offset() == 4 == part.inner.changelog.log_end_offset
-    finally:
-        part.close()
-
-
-def test_incremental_restore_applies_nothing_before_the_fsync_returned(tmp_path: Path) -> None:
-    part = _partition(tmp_path, hold_cleaning_barrier=True, interval=1000)
-    try:
-        part.put_many([(b"a", b"1")])
-        part.commit()
-        seen: list[tuple[bytes | None, int | None]] = []
-        part.put_many([(b"c", b"3")])
-        with files.inject_faults(_in_fsync(part, seen, key=b"c")):
-            part.commit()
-        assert seen == [(None, 1)]
-        assert part.inner.engine.get(b"c") == b"3"
-    finally:
-        part.close()
-
-
-@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
-def test_full_restore_failed_fsync_fails_the_partition_and_never_writes_the_offset(
-    tmp_path: Path, code: int
-) -> None:
-    part = _partition(tmp_path, hold_cleaning_barrier=False, interval=1000)
-    try:
-        part.put_many([(b"a", b"1")])
-        part.commit()
-
-        def hook(step: str, _path: Path) -> None:
-            if step == "segment.flush":
-                raise OSError(code, "injected")
-
-        part.put_many([(b"b", b"2")])
-        with files.inject_faults(hook), pytest.raises(CommitFailedError) as info:
-            part.commit()
-        assert info.value.written
-        assert part.failed
-        assert part.inner.engine.applied_offset() == 1  # 2b never ran: not ahead of the log
-    finally:
-        part.close()
-
-
-def test_full_restore_rocksdb_failure_beside_the_fsync_fails_the_partition_and_keeps_the_commit(
-    tmp_path: Path,
-) -> None:
-    part = _partition(tmp_path, hold_cleaning_barrier=False, interval=1000)
-    try:
-
-        def broken(*_args: object) -> None:
-            raise StoreEngineError(part.inner.engine.path, "write", "disk on fire")
-
-        part.inner.engine.write = broken  # type: ignore[method-assign,assignment]
-        part.put_many([(b"k%d" % i, b"v") for i in range(50)])
-        with pytest.raises(StoreEngineError, match="disk on fire"):
-            part.commit()
-        assert part.failed
-        assert part.inner.changelog.log_end_offset == 50  # durable: the fsync succeeded
-        assert part.inner.changelog.recovery_point == 50
-    finally:
-        part.close()
