@@ -455,9 +455,11 @@ def case_threads(sz: TxnSizes, log: list[str]) -> list[Result]:
             commits = count * sz.thread_commits
             per_with = median(flushes_with) / commits
             per_without = median(flushes_without) / commits
+            cpu_us = _med(with_gc, "cpu") / commits * 1e6
             log.append(
                 f"threads ({level}) x{count}: fsyncs per commit with group commit "
-                f"{per_with:.2f}, without {per_without:.2f}"
+                f"{per_with:.2f}, without {per_without:.2f}; process CPU per commit "
+                f"{cpu_us:.0f} us (with the GIL, about one core's worth is the ceiling)"
             )
             out.append(
                 _rate(
