@@ -24,6 +24,8 @@ import functools
 import json
 import logging
 import os
+import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -161,14 +163,28 @@ def clean_in_process(
 def _wait(
     proc: subprocess.Popen[str], request: str, abort: Callable[[], bool], name: str
 ) -> dict[str, Any]:
-    """Send the request, wait for the reply while honouring ``abort``; raise what the child raised."""
-    pending: str | None = request
+    """Send the request, wait for the reply while honouring ``abort``; raise what the child raised.
+
+    The request is written here, whole, before ``communicate`` polls: a
+    ``communicate(input, timeout=...)`` that times out before it wrote all of
+    ``input`` does not resume the write when retried (``input`` may not be
+    passed twice, and a retry without it never writes nor closes stdin), so
+    the child would wait for EOF for ever.  That happened whenever the first
+    poll lost its time slice (a request above the pipe buffer, or a loaded
+    machine).
+    """
+    try:
+        _send(proc, request.encode(), abort, name)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     while True:
         try:
-            out, _ = proc.communicate(pending, timeout=_POLL_S)
+            # stdin is fully written; the first call closes it (the child sees EOF).
+            out, _ = proc.communicate(timeout=_POLL_S)
             break
         except subprocess.TimeoutExpired:
-            pending = None  # already handed over; communicate() keeps feeding it
             if abort():
                 proc.kill()
                 proc.wait()
@@ -200,6 +216,31 @@ def _wait(
         f"[{name}] cleaner worker process failed (exit code {proc.returncode}): "
         f"{error.get('type', 'no reply')}: {error.get('message', '')}"
     )
+
+
+def _send(proc: subprocess.Popen[str], data: bytes, abort: Callable[[], bool], name: str) -> None:
+    """Write ``data`` to the child's stdin (left open: ``communicate`` closes it).
+
+    Chunks of at most ``select.PIPE_BUF`` bytes, each once the pipe has room,
+    so a write never blocks; ``abort()`` is checked while the pipe is full.
+    A child that exited early (a broken pipe) ends the write: its exit code
+    and reply are read by the caller.
+    """
+    assert proc.stdin is not None
+    fd = proc.stdin.fileno()
+    view = memoryview(data)
+    offset = 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_WRITE)
+        while offset < len(view):
+            if not selector.select(_POLL_S):
+                if abort():
+                    raise CleanerAbortedError(f"[{name}] cleaning aborted (worker process killed)")
+                continue
+            try:
+                offset += os.write(fd, view[offset : offset + select.PIPE_BUF])
+            except BrokenPipeError:
+                return
 
 
 _PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>

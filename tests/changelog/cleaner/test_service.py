@@ -7,8 +7,10 @@ the threaded ones start real workers and wait on observable results.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from changelog.cleaner.service import (
     clean_in_process,
 )
 from changelog.config import CleanerConfig, LogConfig
-from changelog.errors import ChangelogError, CorruptRecordError
+from changelog.errors import ChangelogError, CleanerAbortedError, CorruptRecordError
 from changelog.log import Log
 
 T0 = 1_700_000_000_000
@@ -59,6 +61,23 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.01)
+
+
+def join_or_dump(threads: list[threading.Thread], timeout_s: float = 60.0) -> None:
+    """Join ``threads``; one still running after ``timeout_s`` fails the test with every thread's stack."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [thread for thread in threads if thread.is_alive()]
+    if alive:
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        stacks = "\n".join(
+            f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+            for ident, frame in sys._current_frames().items()
+        )
+        raise AssertionError(
+            f"{[t.name for t in alive]} still running after {timeout_s}s:\n{stacks}"
+        )
 
 
 SMALL = CleanerConfig(dedupe_buffer_size_bytes=1 << 20, backoff_ms=10)
@@ -252,12 +271,15 @@ def test_service_is_usable_from_many_threads(tmp_path: Path) -> None:
     service = CleanerService(logs, SMALL, clock=clock)
     results: list[Any] = []
     threads = [
-        threading.Thread(target=lambda: results.append(service.run_once())) for _ in range(4)
+        threading.Thread(target=lambda: results.append(service.run_once()), daemon=True)
+        for _ in range(4)
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        join_or_dump(threads)  # a hang fails with every stack (it hung once: see _wait)
+    finally:
+        service.close()  # aborts a pass still running: kills its worker process
     assert sorted(s.log_name for s in results if s is not None) == [f"m-{i}" for i in range(4)]
     for log in logs:
         log.close()
@@ -322,4 +344,82 @@ def test_worker_process_runs_at_a_lower_cpu_priority(
     to_clean = log_to_clean(log, now_ms=clock.now, force=True)
     clean_in_process(to_clean, config=SMALL, now_ms=clock.now)
     assert replies[0]["niceness"] == min(os.nice(0) + WORKER_NICENESS, 19)
+    log.close()
+
+
+def test_worker_process_gets_a_request_bigger_than_the_pipe_buffer(tmp_path: Path) -> None:
+    """The request is written whole even when the first poll times out mid-write.
+
+    The child reads stdin only after its imports (a few hundred ms), so a
+    request above the pipe's 64 KiB buffer cannot be handed over within the
+    first ``communicate`` poll.  ``communicate`` retried with ``input=None``
+    never writes the rest and never closes stdin: the child waited for EOF
+    and the pass hung for ever (seen once in the suite under load, where a
+    small request's first poll lost its 20 ms to the GIL).  Bounded by a join
+    timeout; the child is killed if it hangs.
+    """
+    clock = Clock()
+    log = open_log(tmp_path, "big-0", clock, segment_bytes=80)  # one batch per segment
+    for round_ in range(2):
+        for i in range(200):
+            log.append([(b"k%d" % i, b"v%d" % round_)])
+    log.roll()
+    to_clean = log_to_clean(log, now_ms=clock.now, force=True)
+    spawned: list[Any] = []
+    request_chars: list[int] = []
+    original_wait = cleaner_worker._wait
+
+    def measuring_wait(proc: Any, request: str, *args: Any) -> dict[str, Any]:
+        request_chars.append(len(request))
+        return original_wait(proc, request, *args)
+
+    original_popen = cleaner_worker.subprocess.Popen
+
+    def recording_popen(*args: Any, **kwargs: Any) -> Any:
+        proc = original_popen(*args, **kwargs)
+        spawned.append(proc)
+        return proc
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(clean_in_process(to_clean, config=SMALL, now_ms=clock.now))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome.append(exc)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cleaner_worker.subprocess, "Popen", recording_popen)
+        patch.setattr(cleaner_worker, "_wait", measuring_wait)
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(30)
+        hung = thread.is_alive()
+        if hung:
+            for proc in spawned:
+                proc.kill()
+            thread.join(10)
+    assert request_chars[0] > 65536  # above a Linux pipe's buffer
+    assert not hung, "the pass hung: the worker process never got its whole request"
+    assert len(outcome) == 1 and not isinstance(outcome[0], BaseException), outcome
+    assert outcome[0].records_kept == 200
+    log.close()
+
+
+def test_worker_process_is_killed_on_abort_while_its_request_is_written(tmp_path: Path) -> None:
+    # The child reads stdin only after its imports: the 64 KiB pipe fills first and
+    # the write waits, checking abort(), instead of blocking until the child reads.
+    clock = Clock()
+    log = open_log(tmp_path, "abort-0", clock, segment_bytes=80)
+    for round_ in range(2):
+        for i in range(200):
+            log.append([(b"k%d" % i, b"v%d" % round_)])
+    log.roll()
+    before = sorted(path.name for path in log.dir.iterdir())
+    to_clean = log_to_clean(log, now_ms=clock.now, force=True)
+    started = time.monotonic()
+    with pytest.raises(CleanerAbortedError, match="worker process killed"):
+        clean_in_process(to_clean, config=SMALL, now_ms=clock.now, abort=lambda: True)
+    assert time.monotonic() - started < 10
+    assert sorted(path.name for path in log.dir.iterdir()) == before
     log.close()
