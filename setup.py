@@ -1,9 +1,11 @@
-"""Build steps pyproject.toml cannot state: the optional compiled record encoder.
+"""Build steps pyproject.toml cannot state: two optional C extensions of the hot paths.
 
 ``changelog/record/_records.c`` encodes the append path's records in one C loop
-(docs/performance.md, "The compiled record encoder").  It is optional: without a C
-compiler the build goes on without it, and ``changelog.record.batch`` falls back to
-aiokafka's builder (then to the pure-Python reference), which write the same bytes.
+(docs/performance.md, "The compiled record encoder"); ``statestore/stores/_put.c`` is
+the typed store's put without a Python frame ("The compiled put").  Both are
+optional: without a C compiler the build goes on without them, and the code falls
+back to aiokafka's builder (then the pure-Python reference) and to the Python put,
+which do the same.
 """
 
 from setuptools import Extension, setup
@@ -15,6 +17,12 @@ setup(
             sources=["changelog/record/_records.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra"],
             optional=True,
-        )
+        ),
+        Extension(
+            "statestore.stores._put",
+            sources=["statestore/stores/_put.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra"],
+            optional=True,
+        ),
     ]
 )

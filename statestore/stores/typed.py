@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import types
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from typing import Any, Final, Generic, TypeVar
@@ -64,7 +65,7 @@ from statestore.stores.bytes_store import BytesStore, prefix_upper_bound
 from statestore.stores.lifecycle import StoreState, move
 from statestore.stores.participant import Committer, Participant
 
-__all__ = ["KeyValueStore"]
+__all__ = ["KeyValueStore", "compiled_put_available"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,23 @@ _MISSING: Final[Any] = object()
 
 
 _OPEN: Final = StoreState.OPEN
+
+
+def _load_putter() -> Callable[..., Callable[[Any, Any], None]] | None:
+    """The compiled put (``statestore/stores/_put.c``), or ``None`` if it was not built."""
+    try:
+        from statestore.stores._put import Putter  # noqa: PLC0415 - optional
+    except ImportError:
+        return None
+    return Putter
+
+
+_PUTTER: Final = _load_putter()
+
+
+def compiled_put_available() -> bool:
+    """Whether the compiled put is built (else ``KeyValueStore.put`` runs as Python)."""
+    return _PUTTER is not None
 
 
 def _fast_serialize(serde: Serde[Any]) -> Callable[[Any], bytes]:
@@ -218,6 +236,18 @@ class KeyValueStore(Generic[K, V]):
         self._inner_put: Callable[[bytes, bytes | None], None] = inner.put
         self._changelogs: tuple[Log, ...] = inner.changelogs
         self._state = StoreState.OPEN
+        self._open_cell = [True]
+        """``[state is OPEN]``, kept by :meth:`_move`: what the compiled put checks."""
+        if _PUTTER is not None and type(self).put is KeyValueStore.put:
+            # The compiled put: the fast path of put() below in C, this put() for the rest.
+            self.put = _PUTTER(  # type: ignore[method-assign,assignment]
+                self._open_cell,
+                None if self._bytes_keys else self._ser_key,
+                self._ser_value,
+                self._max_record_bytes,
+                self._inner_put,
+                types.MethodType(KeyValueStore.put, self),
+            )
 
     # ------------------------------------------------------------- lifecycle
 
@@ -258,6 +288,7 @@ class KeyValueStore(Generic[K, V]):
 
     def _move(self, state: StoreState, operation: str) -> None:
         self._state = move(self._name, self._state, state, operation)
+        self._open_cell[0] = self._state is _OPEN
 
     def _not_open(self, operation: str) -> InvalidStateStoreError:
         return InvalidStateStoreError(self._name, self._state.value, operation)

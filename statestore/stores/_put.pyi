@@ -1,0 +1,17 @@
+from collections.abc import Callable
+from typing import Any
+
+class Putter:
+    """A typed store's put in C (see ``_put.c``)."""
+
+    def __init__(
+        self,
+        cell: list[bool],
+        ser_key: Callable[[Any], bytes] | None,
+        ser_value: Callable[[Any], bytes],
+        max_record_bytes: int,
+        inner_put: Callable[[bytes, bytes | None], None],
+        slow: Callable[[Any, Any], None],
+        /,
+    ) -> None: ...
+    def __call__(self, key: Any, value: Any, /) -> None: ...

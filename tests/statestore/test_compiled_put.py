@@ -1,0 +1,166 @@
+"""The compiled put (``statestore/stores/_put.c``) does what ``KeyValueStore.put`` does.
+
+Its fast path buffers the same bytes; everything else (a closed or failed store, a key or
+value the serde refuses, a record too large, a delete, keyword arguments) goes to the
+Python put, which raises the store's typed errors.  The rest of the store tests (and the
+Hypothesis state machines) run through it too; these pin the edges.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any
+
+import pytest
+
+from changelog.config import LogConfig
+from statestore.errors import InvalidStateStoreError, RecordTooLargeForLogError, SerializationError
+from statestore.serdes import BytesSerde, MsgpackSerde, StringSerde
+from statestore.stores import typed
+from statestore.stores.typed import KeyValueStore
+from tests.statestore.conftest import OpenManager
+
+
+def test_the_compiled_put_is_built() -> None:
+    """CI builds it (a C compiler is there); without it a put pays one Python frame more."""
+    assert typed.compiled_put_available()
+
+
+def _stores(open_manager: OpenManager) -> tuple[Any, Any]:
+    manager = open_manager()
+    fast = manager.store("fast", key_serde=BytesSerde(), value_serde=MsgpackSerde())
+    text = manager.store("text", key_serde=StringSerde(), value_serde=MsgpackSerde())
+    return fast, text
+
+
+def test_the_store_put_is_the_compiled_one(open_manager: OpenManager) -> None:
+    fast, text = _stores(open_manager)
+    assert type(fast.put).__name__ == "Putter"
+    assert type(text.put).__name__ == "Putter"
+
+
+def test_it_buffers_the_same_bytes_as_the_python_put(open_manager: OpenManager) -> None:
+    fast, text = _stores(open_manager)
+    python_put = KeyValueStore.put
+    for store, keys in ((fast, [b"a", b"b"]), (text, ["a", "b"])):
+        store.put(keys[0], {"n": 1, "s": "x" * 300})
+        store[keys[1]] = [1, 2, 3]
+        compiled = dict(store._inner._pending) if hasattr(store._inner, "_pending") else None
+        store.abort()
+        python_put(store, keys[0], {"n": 1, "s": "x" * 300})
+        python_put(store, keys[1], [1, 2, 3])
+        assert store.get(keys[0]) == {"n": 1, "s": "x" * 300}
+        if compiled is not None:
+            assert dict(store._inner._pending) == compiled
+        store.commit()
+        assert store.get(keys[1]) == [1, 2, 3]
+
+
+def test_a_delete_a_keyword_call_and_setitem_work(open_manager: OpenManager) -> None:
+    fast, _ = _stores(open_manager)
+    fast.put(b"k", 1)
+    fast.commit()
+    fast.put(b"k", None)  # a delete: the Python path
+    assert fast.get(b"k") is None
+    fast.put(key=b"j", value=2)  # keyword arguments: the Python path
+    fast[b"i"] = 3
+    assert fast.commit() == 3
+    assert (fast.get(b"j"), fast.get(b"i"), fast.get(b"k")) == (2, 3, None)
+
+
+def test_a_closed_store_raises_the_typed_error(open_manager: OpenManager) -> None:
+    fast, text = _stores(open_manager)
+    put_fast, put_text = fast.put, text.put  # bound before the close: still refused after it
+    fast.close()
+    text.close()
+    with pytest.raises(InvalidStateStoreError):
+        put_fast(b"k", 1)
+    with pytest.raises(InvalidStateStoreError):
+        put_text("k", 1)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(b"k", object()), ("not bytes", 1), (None, 1), (b"k", {1j: 2})],
+)
+def test_what_the_serde_refuses_raises_serialization_error(
+    open_manager: OpenManager, key: Any, value: Any
+) -> None:
+    fast, _ = _stores(open_manager)
+    with pytest.raises(SerializationError):
+        fast.put(key, value)
+    assert fast.pending_count == 0
+
+
+def test_a_text_store_refuses_bytes_and_none_keys(open_manager: OpenManager) -> None:
+    _, text = _stores(open_manager)
+    with pytest.raises(SerializationError):
+        text.put(b"bytes", 1)
+    with pytest.raises(SerializationError):
+        text.put(None, 1)
+    assert text.pending_count == 0
+
+
+def test_a_record_too_large_raises_and_buffers_nothing(open_manager: OpenManager) -> None:
+    manager = open_manager(log_config=LogConfig(max_message_bytes=1000))
+    store = manager.store("kv", key_serde=BytesSerde(), value_serde=MsgpackSerde())
+    with pytest.raises(RecordTooLargeForLogError):
+        store.put(b"k", b"x" * 2000)
+    assert store.pending_count == 0
+
+
+class _Interrupting:
+    """A value serde that raises KeyboardInterrupt: not an Exception, so never swallowed."""
+
+    def serialize(self, obj: Any, /) -> bytes:
+        raise KeyboardInterrupt
+
+    def deserialize(self, data: bytes, /) -> Any:
+        return data
+
+
+def test_a_base_exception_of_the_serde_propagates_as_is(open_manager: OpenManager) -> None:
+    manager = open_manager()
+    store = manager.store("kv", key_serde=BytesSerde(), value_serde=_Interrupting())
+    assert type(store.put).__name__ == "Putter"
+    with pytest.raises(KeyboardInterrupt):
+        store.put(b"k", 1)
+
+
+def test_a_subclass_that_overrides_put_keeps_its_put(open_manager: OpenManager) -> None:
+    calls: list[Any] = []
+
+    class Counting(KeyValueStore[Any, Any]):
+        def put(self, key: Any, value: Any) -> None:
+            calls.append(key)
+            super().put(key, value)
+
+    manager = open_manager()
+    store = manager.store("kv", key_serde=BytesSerde(), value_serde=MsgpackSerde())
+    counting = Counting(
+        name="kv",
+        inner=store._inner,
+        key_serde=BytesSerde(),
+        value_serde=MsgpackSerde(),
+        max_record_bytes=store._max_record_bytes,
+        committer=store._committer,
+    )
+    assert "put" not in vars(counting)  # no compiled put over an overridden one
+    counting.put(b"k", 1)
+    counting[b"j"] = 2
+    assert calls == [b"k", b"j"]
+    assert counting.pending_count == 2
+
+
+def test_a_closed_store_is_collected(open_manager: OpenManager) -> None:
+    manager = open_manager()
+    store = manager.store("gone", key_serde=BytesSerde(), value_serde=MsgpackSerde())
+    store.put(b"k", 1)
+    store.commit()
+    ref = weakref.ref(store)
+    store.close()
+    manager._stores.pop("gone", None)  # the manager forgets a closed store
+    del store
+    gc.collect()
+    assert ref() is None, "the put's reference cycle (store -> put -> store) was not collected"
