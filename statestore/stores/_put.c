@@ -1,4 +1,7 @@
-/* The typed store's put in C: serialize, check, buffer, with no Python frame of its own.
+/* The store layer's write path in C: the typed store's put (Putter), the write buffer's
+ * forget and the engine's WriteBatch fill (at the end of this file).
+ *
+ * The typed store's put: serialize, check, buffer, with no Python frame of its own.
  *
  * Putter(cell, ser_key, ser_value, max_record_bytes, inner_put, slow)
  *
@@ -176,11 +179,99 @@ static PyTypeObject PutterType = {
     .tp_vectorcall_offset = offsetof(Putter, vectorcall),
 };
 
+/* forget(pending, records): drop from the dict `pending` each (key, value) of the list
+ * `records` whose key still maps to that very value object; a key rewritten meanwhile
+ * (another object) keeps its newer value.  The write buffer's forget, in one step under
+ * the GIL: no other thread can write between the look and the delete. */
+static PyObject *forget(PyObject *self, PyObject *args)
+{
+    PyObject *pending, *records;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &pending, &PyList_Type, &records)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(records, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_Format(PyExc_TypeError, "record %zd: not a (key, value) tuple", i);
+            return NULL;
+        }
+        PyObject *key = PyTuple_GET_ITEM(pair, 0);
+        PyObject *current = PyDict_GetItemWithError(pending, key); /* borrowed */
+        if (current == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            continue;
+        }
+        if (current == PyTuple_GET_ITEM(pair, 1) && PyDict_DelItem(pending, key) < 0) {
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+/* fill(batch, records): batch.put(key, value) for each pair of the list `records`, or
+ * batch.delete(key) when value is None: the engine's WriteBatch fill without a Python loop.
+ * The first error of a put or delete is raised at once. */
+static PyObject *fill(PyObject *self, PyObject *args)
+{
+    PyObject *batch, *records;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO!", &batch, &PyList_Type, &records)) {
+        return NULL;
+    }
+    PyObject *put = PyObject_GetAttrString(batch, "put");
+    if (put == NULL) {
+        return NULL;
+    }
+    PyObject *delete = PyObject_GetAttrString(batch, "delete");
+    if (delete == NULL) {
+        Py_DECREF(put);
+        return NULL;
+    }
+    PyObject *result = Py_None;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(records, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_Format(PyExc_TypeError, "record %zd: not a (key, value) tuple", i);
+            result = NULL;
+            break;
+        }
+        PyObject *out;
+        if (PyTuple_GET_ITEM(pair, 1) == Py_None) {
+            out = PyObject_CallOneArg(delete, PyTuple_GET_ITEM(pair, 0));
+        } else {
+            PyObject *kv[2] = {PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)};
+            out = PyObject_Vectorcall(put, kv, 2, NULL);
+        }
+        if (out == NULL) {
+            result = NULL;
+            break;
+        }
+        Py_DECREF(out);
+    }
+    Py_DECREF(put);
+    Py_DECREF(delete);
+    return result == NULL ? NULL : Py_NewRef(Py_None);
+}
+
+static PyMethodDef methods[] = {
+    {"forget", forget, METH_VARARGS,
+     "forget(pending, records): drop each committed (key, value) still buffered as is."},
+    {"fill", fill, METH_VARARGS,
+     "fill(batch, records): batch.put(key, value), or batch.delete(key) for None, per record."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_put",
-    .m_doc = "The typed store's compiled put (see statestore.stores.typed).",
+    .m_doc = "The store layer's compiled write path: the typed put, forget, the WriteBatch fill.",
     .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__put(void)

@@ -15,3 +15,9 @@ class Putter:
         /,
     ) -> None: ...
     def __call__(self, key: Any, value: Any, /) -> None: ...
+
+def forget(pending: dict[bytes, bytes | None], records: list[Any], /) -> None:
+    """Drop each committed ``(key, value)`` still buffered as that very value."""
+
+def fill(batch: Any, records: list[Any], /) -> None:
+    """``batch.put(key, value)`` (``batch.delete(key)`` for ``None``) per record."""

@@ -56,6 +56,18 @@ logger = logging.getLogger(__name__)
 _MISSING: Final[Any] = object()
 
 
+def _load_forget() -> Callable[[dict[bytes, bytes | None], list[Any]], None] | None:
+    """The compiled forget (``statestore/stores/_put.c``), or ``None`` if it was not built."""
+    try:
+        from statestore.stores._put import forget  # noqa: PLC0415 - optional
+    except ImportError:
+        return None
+    return forget
+
+
+_FORGET: Final = _load_forget()
+
+
 class WriteBuffer:
     """The pending writes of one partition over its :class:`ChangeLoggingStore` (which it owns).
 
@@ -266,8 +278,14 @@ class WriteBuffer:
         16 threads).  Each committed key is popped and, if what was popped is
         not the committed value, put back with ``setdefault`` (which keeps a
         write made in between): a write is never lost; for the few bytecodes
-        between the two calls a reader may see the committed value instead.
+        between the two calls a reader may see the committed value instead.  The
+        compiled forget (``_put.c``, for a list of records) applies the same rule
+        in one step under the GIL (a rewritten key keeps its place), so there is
+        not even that window.
         """
+        if _FORGET is not None and type(records) is list:
+            _FORGET(self._pending, records)  # the same rule in one step: no window at all
+            return
         pending = self._pending
         for key, value in records:
             current = pending.pop(key, _MISSING)

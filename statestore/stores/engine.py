@@ -46,7 +46,7 @@ import itertools
 import logging
 import shutil
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -57,6 +57,18 @@ from statestore.config import RocksDBConfig
 from statestore.errors import InvalidStateStoreError, StateStoreError, StoreEngineError
 
 __all__ = ["META_COLUMN_FAMILY", "RocksDBEngine", "new_block_cache", "rocksdb_options"]
+
+
+def _load_fill() -> Callable[[Any, list[Any]], None] | None:
+    """The compiled WriteBatch fill (``statestore/stores/_put.c``), or ``None`` if not built."""
+    try:
+        from statestore.stores._put import fill  # noqa: PLC0415 - optional
+    except ImportError:
+        return None
+    return fill
+
+
+_FILL: Final = _load_fill()
 
 META_COLUMN_FAMILY: Final = "statestore"
 _APPLIED_OFFSET_KEY: Final = b"changelog-offset"
@@ -316,13 +328,16 @@ class RocksDBEngine:
         """
         self._check_open("write")
         batch = rocksdict.WriteBatch(raw_mode=True)
-        put = batch.put
-        delete = batch.delete
-        for key, value in records:
-            if value is None:
-                delete(key)
-            else:
-                put(key, value)
+        if _FILL is not None and type(records) is list:
+            _FILL(batch, records)  # the loop below, in C (``_put.c``)
+        else:
+            put = batch.put
+            delete = batch.delete
+            for key, value in records:
+                if value is None:
+                    delete(key)
+                else:
+                    put(key, value)
         if meta:
             if _APPLIED_OFFSET_KEY in meta:
                 raise ValueError(f"metadata key {_APPLIED_OFFSET_KEY!r} is reserved")

@@ -164,3 +164,59 @@ def test_a_closed_store_is_collected(open_manager: OpenManager) -> None:
     del store
     gc.collect()
     assert ref() is None, "the put's reference cycle (store -> put -> store) was not collected"
+
+
+# ---------------------------------------------------- the write buffer's forget, the fill
+
+
+def _python_forget(pending: dict[bytes, Any], records: list[tuple[bytes, Any]]) -> None:
+    for key, value in records:
+        current = pending.pop(key, None)
+        if current is not value and current is not None:
+            pending.setdefault(key, current)
+
+
+def test_forget_drops_exactly_what_was_committed() -> None:
+    from statestore.stores import _put  # noqa: PLC0415 - the compiled module itself
+
+    pending: dict[bytes, Any] = {b"a": b"1", b"b": b"2", b"c": None, b"d": b"4"}
+    records = list(pending.items())
+    pending[b"b"] = b"rewritten"  # another thread, during the commit
+    pending[b"e"] = b"new"
+    del pending[b"d"]  # an abort() and a rewrite would look like this
+    expected = dict(pending)
+    _python_forget(expected, records)
+    _put.forget(pending, records)
+    assert pending == expected == {b"b": b"rewritten", b"e": b"new"}
+
+
+def test_fill_puts_and_deletes_like_the_loop(open_manager: OpenManager) -> None:
+    from statestore.stores import engine as engine_module  # noqa: PLC0415
+
+    assert engine_module._FILL is not None
+    fast, _ = _stores(open_manager)
+    fast.put(b"gone", 1)
+    fast.put(b"kept", 2)
+    fast.commit()
+    fast.put(b"gone", None)
+    fast.put(b"new", 3)
+    fast.commit()
+    assert (fast.get(b"gone"), fast.get(b"kept"), fast.get(b"new")) == (None, 2, 3)
+
+
+def test_fill_raises_what_the_loop_raises(
+    open_manager: OpenManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from statestore.stores import engine as engine_module  # noqa: PLC0415
+
+    fast, _ = _stores(open_manager)
+    part = fast._inner
+    while not hasattr(part, "engine"):
+        part = part.inner
+    engine = part.engine
+    with pytest.raises(Exception) as compiled:
+        engine.write([(b"ok", b"v"), ("not bytes", b"v")], 1)
+    monkeypatch.setattr(engine_module, "_FILL", None)
+    with pytest.raises(type(compiled.value)):
+        engine.write([(b"ok", b"v"), ("not bytes", b"v")], 1)
+    assert engine.get(b"ok") is None  # nothing was written either way
