@@ -171,7 +171,7 @@ def _wait(
     passed twice, and a retry without it never writes nor closes stdin), so
     the child would wait for EOF for ever.  That happened whenever the first
     poll lost its time slice (a request above the pipe buffer, or a loaded
-    machine).  CPython's issue gh-141473; its fix is not in the Pythons we support.
+    machine).  CPython's issue gh-141473, still present in 3.11 (the write above works either way).
     """
     try:
         _send(proc, request.encode(), abort, name)
