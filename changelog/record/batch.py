@@ -245,6 +245,32 @@ def encode_batch(
     return _finish(buf, 0, compression)
 
 
+def _append_header(
+    buf: bytearray,
+    base_offset: int,
+    count: int,
+    *,
+    timestamp_ms: int,
+    producer: tuple[int, int, int],
+    is_transactional: bool,
+) -> bytes:
+    """The header of an append batch (``count`` records, one CreateTime) written into ``buf``, CRC last."""
+    producer_id, producer_epoch, base_sequence = producer
+    return write_header(
+        buf,
+        base_offset=base_offset,
+        partition_leader_epoch=PARTITION_LEADER_EPOCH,
+        attributes=TRANSACTIONAL_FLAG_MASK if is_transactional else 0,
+        last_offset_delta=count - 1,
+        base_timestamp=timestamp_ms,
+        max_timestamp=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=count,
+    )
+
+
 _LIST_OR_TUPLE: Final = (list, tuple)
 
 
@@ -277,18 +303,13 @@ def _encode_plain(
         buf = _ENCODE_PLAIN(pairs, BATCH_HEADER_SIZE)  # type: ignore[misc]  # checked by the caller
     except TypeError:
         return None
-    plain = write_header(
+    plain = _append_header(
         buf,
-        base_offset=base_offset,
-        partition_leader_epoch=PARTITION_LEADER_EPOCH,
-        attributes=TRANSACTIONAL_FLAG_MASK if is_transactional else 0,
-        last_offset_delta=len(pairs) - 1,
-        base_timestamp=timestamp_ms,
-        max_timestamp=timestamp_ms,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        records_count=len(pairs),
+        base_offset,
+        len(pairs),
+        timestamp_ms=timestamp_ms,
+        producer=(producer_id, producer_epoch, base_sequence),
+        is_transactional=is_transactional,
     )
     if compression is None or compression.codec == NONE:
         return plain
@@ -332,18 +353,13 @@ def encode_batch_py(
         ),
         buf,
     )
-    plain = write_header(
+    plain = _append_header(
         buf,
-        base_offset=base_offset,
-        partition_leader_epoch=PARTITION_LEADER_EPOCH,
-        attributes=TRANSACTIONAL_FLAG_MASK if is_transactional else 0,
-        last_offset_delta=len(pairs) - 1,
-        base_timestamp=timestamp_ms,
-        max_timestamp=timestamp_ms,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        records_count=len(pairs),
+        base_offset,
+        len(pairs),
+        timestamp_ms=timestamp_ms,
+        producer=(producer_id, producer_epoch, base_sequence),
+        is_transactional=is_transactional,
     )
     return _finish(bytearray(plain), 0, compression)
 
