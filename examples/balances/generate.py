@@ -14,18 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from examples.balances.transactions import generate, write_transactions
+from statestore.cli.errors import non_negative
 
 __all__ = ["main"]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,8 +24,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m examples.balances.generate",
         description="Write random transactions (deposits, withdrawals, transfers) as JSON lines.",
     )
-    parser.add_argument("--count", type=_positive, default=50_000, help="transactions (50000)")
-    parser.add_argument("--accounts", type=_positive, default=1_000, help="accounts (1000)")
+    parser.add_argument("--count", type=non_negative, default=50_000, help="transactions (50000)")
+    parser.add_argument("--accounts", type=non_negative, default=1_000, help="accounts (1000)")
     parser.add_argument("--seed", type=int, default=7, help="random seed (7)")
     parser.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
     return parser
