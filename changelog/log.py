@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import operator
 import struct
 import threading
 import time
@@ -73,7 +72,6 @@ import attrs
 from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
-    InvalidRecordError,
     LogClosedError,
     LogFailedError,
     LogStorageError,
@@ -112,7 +110,6 @@ Clock = Callable[[], int]
 """A callable returning the current time in milliseconds."""
 
 _BASE_OFFSET: Final = struct.Struct(">q")  # the first 8 bytes of a batch, outside its CRC
-_KEY: Final = operator.itemgetter(0)
 _LEADER_EPOCH: Final = struct.Struct(">i")  # bytes 12-15 of a batch, outside its CRC
 _LEADER_EPOCH_POSITION: Final = 12
 
@@ -394,10 +391,15 @@ class Log:
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
         batch = bytearray(
             encode_batch(
-                0, records, timestamp_ms=stamp, headers=headers, compression=self._compression
+                0,
+                records,
+                timestamp_ms=stamp,
+                headers=headers,
+                compression=self._compression,
+                require_keys=self._config.compact,
             )
         )  # offset and leader epoch patched below (neither is under the CRC)
-        self._check_batch(records, batch)
+        self._check_batch(batch)
         with self.lock:
             self._check_open()
             info = self._append_locked(batch, len(records), stamp)
@@ -439,9 +441,10 @@ class Log:
                     is_transactional=True,
                     headers=headers,
                     compression=self._compression,
+                    require_keys=self._config.compact,
                 )
             )
-            self._check_batch(records, batch)
+            self._check_batch(batch)
             info = self._append_locked(batch, len(records), stamp, producer_state=True)
         return self._finish_append(info, defer_flush=defer_flush)
 
@@ -499,12 +502,8 @@ class Log:
             observer(info)
         return info
 
-    def _check_batch(
-        self, records: Sequence[tuple[bytes | None, bytes | None]], batch: bytearray
-    ) -> None:
-        if self._config.compact and None in map(_KEY, records):
-            # Kafka's broker refuses these too: the cleaner could not keep "the latest per key".
-            raise InvalidRecordError("a compacted log cannot accept a record without a key")
+    def _check_batch(self, batch: bytearray) -> None:
+        # A record without a key in a compacted log: refused by encode_batch (require_keys).
         if len(batch) > self._config.max_message_bytes:
             raise RecordTooLargeError(len(batch), self._config.max_message_bytes)
 

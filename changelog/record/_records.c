@@ -1,6 +1,6 @@
 /* The append path's record encoder: Kafka v2 records of (key, value) pairs in one C loop.
  *
- * encode_plain(pairs, prefix) -> bytearray
+ * encode_plain(pairs, prefix, require_keys=False) -> bytearray
  *
  * Lays down one record per pair, in order, after `prefix` zero bytes (room for the
  * caller's 61-byte batch header): length (zigzag varint), attributes 0, timestamp
@@ -11,6 +11,8 @@
  *
  * `pairs` must be a list or tuple of exact 2-tuples of exact bytes or None; anything
  * else raises TypeError naming the index, and the caller reports it in its own terms.
+ * With `require_keys` true a None key raises ValueError naming the index (a compacted
+ * log's rule, checked here for free rather than in a second pass over the pairs).
  * Nothing else is checked here (the caller bounds the count by Kafka's limits).
  */
 #define PY_SSIZE_T_CLEAN
@@ -59,8 +61,9 @@ static PyObject *encode_plain(PyObject *self, PyObject *args)
 {
     PyObject *pairs;
     Py_ssize_t prefix;
+    int require_keys = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "On", &pairs, &prefix)) {
+    if (!PyArg_ParseTuple(args, "On|p", &pairs, &prefix, &require_keys)) {
         return NULL;
     }
     if (prefix < 0) {
@@ -83,6 +86,10 @@ static PyObject *encode_plain(PyObject *self, PyObject *args)
         }
         Py_ssize_t klen = nullable_size(PyTuple_GET_ITEM(pair, 0), i);
         if (klen == -2) {
+            return NULL;
+        }
+        if (klen == -1 && require_keys) {
+            PyErr_Format(PyExc_ValueError, "record %zd: no key", i);
             return NULL;
         }
         Py_ssize_t vlen = nullable_size(PyTuple_GET_ITEM(pair, 1), i);
@@ -139,8 +146,9 @@ static PyObject *encode_plain(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"encode_plain", encode_plain, METH_VARARGS,
-     "encode_plain(pairs, prefix) -> bytearray: `prefix` zero bytes, then one Kafka v2 record "
-     "per (key, value) pair (offset delta = index, timestamp delta 0, no headers)."},
+     "encode_plain(pairs, prefix, require_keys=False) -> bytearray: `prefix` zero bytes, then "
+     "one Kafka v2 record per (key, value) pair (offset delta = index, timestamp delta 0, no "
+     "headers); with require_keys a None key raises ValueError."},
     {NULL, NULL, 0, NULL},
 };
 

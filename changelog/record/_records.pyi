@@ -1,4 +1,9 @@
 from collections.abc import Sequence
 
-def encode_plain(pairs: Sequence[tuple[bytes | None, bytes | None]], prefix: int, /) -> bytearray:
-    """``prefix`` zero bytes, then one Kafka v2 record per pair (see ``_records.c``)."""
+def encode_plain(
+    pairs: Sequence[tuple[bytes | None, bytes | None]], prefix: int, require_keys: bool = False, /
+) -> bytearray:
+    """``prefix`` zero bytes, then one Kafka v2 record per pair (see ``_records.c``).
+
+    ``require_keys``: a ``None`` key raises ``ValueError``.
+    """

@@ -135,7 +135,7 @@ def _load_fast_codec() -> tuple[Any, Any, tuple[type[BaseException], ...]] | Non
 _FAST: Final = _load_fast_codec()
 
 
-def _load_record_encoder() -> Callable[[Sequence[Any], int], bytearray] | None:
+def _load_record_encoder() -> Callable[[Sequence[Any], int, bool], bytearray] | None:
     """Our compiled record encoder (``changelog/record/_records.c``), or ``None`` if it was not built."""
     try:
         from changelog.record._records import encode_plain  # noqa: PLC0415 - optional
@@ -171,6 +171,7 @@ def encode_batch(
     producer_epoch: int = NO_PRODUCER_EPOCH,
     base_sequence: int = NO_SEQUENCE,
     is_transactional: bool = False,
+    require_keys: bool = False,
 ) -> bytes:
     """Encode ``(key, value)`` pairs as one batch: the append path.
 
@@ -182,8 +183,10 @@ def encode_batch(
     ``bytes`` or ``None`` (a ``None`` value is a tombstone); ``headers``, if
     given, holds one tuple of ``(str, bytes | None)`` pairs per record (Kafka
     record headers).  With ``compression`` the records are compressed as
-    Kafka's producer compresses them.  Anything else, or no pairs at all,
-    raises :class:`InvalidRecordError`.
+    Kafka's producer compresses them.  ``require_keys`` refuses a record whose
+    key is ``None``, as a compacted log must (the compiled encoder checks it in
+    its own pass, for free).  Anything else, or no pairs at all, raises
+    :class:`InvalidRecordError`.
     """
     if _ENCODE_PLAIN is not None and headers is None and type(pairs) in _LIST_OR_TUPLE:
         encoded = _encode_plain(
@@ -191,13 +194,14 @@ def encode_batch(
             pairs,
             timestamp_ms=timestamp_ms,
             compression=compression,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=base_sequence,
+            producer=(producer_id, producer_epoch, base_sequence),
             is_transactional=is_transactional,
+            require_keys=require_keys,
         )
         if encoded is not None:
             return encoded
+    if require_keys:
+        _check_keys(check_pairs(pairs))
     if _FAST is None:
         return encode_batch_py(
             base_offset,
@@ -274,16 +278,27 @@ def _append_header(
 _LIST_OR_TUPLE: Final = (list, tuple)
 
 
+def _no_key(index: int) -> InvalidRecordError:
+    # Kafka's broker refuses these too: the cleaner could not keep "the latest per key".
+    return InvalidRecordError(f"record {index} has no key; a compacted log needs one per record")
+
+
+def _check_keys(pairs: Sequence[Any]) -> None:
+    """:func:`encode_batch`'s ``require_keys`` on the paths without the compiled encoder."""
+    for index, pair in enumerate(pairs):
+        if type(pair) in _LIST_OR_TUPLE and len(pair) == 2 and pair[0] is None:
+            raise _no_key(index)
+
+
 def _encode_plain(
     base_offset: int,
     pairs: Sequence[tuple[bytes | None, bytes | None]],
     *,
     timestamp_ms: int,
     compression: Compression | None,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
+    producer: tuple[int, int, int],
     is_transactional: bool,
+    require_keys: bool,
 ) -> bytes | None:
     """:func:`encode_batch` through the compiled record encoder; ``None``: a pair it refused.
 
@@ -291,24 +306,26 @@ def _encode_plain(
     :func:`~changelog.record.body.encode_body`, tests hold them equal), the
     header and its CRC-32C (hardware, ``crc32c``) from :func:`write_header`.
     A pair the encoder refuses (not an exact ``(bytes | None, bytes | None)``
-    tuple) sends the caller down the other path, which reports it.
+    tuple) sends the caller down the other path, which reports it; a ``None``
+    key under ``require_keys`` is refused here.
     """
     pairs = check_pairs(pairs)
     check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
     check_timestamp("timestamp_ms", timestamp_ms)
-    check_producer_state(
-        producer_id, producer_epoch, base_sequence, is_transactional=is_transactional
-    )
+    check_producer_state(*producer, is_transactional=is_transactional)
     try:
-        buf = _ENCODE_PLAIN(pairs, BATCH_HEADER_SIZE)  # type: ignore[misc]  # checked by the caller
+        buf = _ENCODE_PLAIN(pairs, BATCH_HEADER_SIZE, require_keys)  # type: ignore[misc]  # checked by the caller
     except TypeError:
         return None
+    except ValueError:  # only a None key under require_keys: find which, in Python
+        _check_keys(pairs)
+        raise
     plain = _append_header(
         buf,
         base_offset,
         len(pairs),
         timestamp_ms=timestamp_ms,
-        producer=(producer_id, producer_epoch, base_sequence),
+        producer=producer,
         is_transactional=is_transactional,
     )
     if compression is None or compression.codec == NONE:

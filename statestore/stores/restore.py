@@ -8,7 +8,10 @@ layers only carry a :class:`RestorePlan`):
    and created empty; incremental: kept, rebuilt when :func:`plan_restore`
    says its applied offset does not belong to the log) and returns the plan;
 2. :func:`restore_into` runs the plan: holds the cleaning barrier (incremental
-   only), :func:`replay` s the changelog, reports a :class:`RestoreResult`;
+   only), :func:`replay` s the changelog, (a rebuild) has RocksDB compact what
+   the replay left in level 0 in the background
+   (:meth:`~statestore.stores.engine.RocksDBEngine.compact_level0`), reports a
+   :class:`RestoreResult`;
 3. :attr:`RestorePlan.hold_cleaning_barrier` tells the change-logging layer
    whether to keep the cleaning barrier at RocksDB's durable applied offset
    while the store is open.
@@ -543,6 +546,8 @@ def restore_into(
     )
     if plan.hold_cleaning_barrier:
         log.cleaning_barrier_offset = log_end
+    if plan.rebuild:
+        engine.compact_level0()  # in the background: see RocksDBEngine.compact_level0
     result = RestoreResult(
         mode=plan.mode,
         rebuilt=plan.rebuild,

@@ -133,6 +133,7 @@ def test_a_closed_engine_refuses_every_operation_with_a_typed_error(tmp_path: Pa
         "flush": engine.flush,
         "property": engine.approximate_num_entries,
         "checkpoint": lambda: engine.checkpoint(tmp_path / "copy"),
+        "compact": engine.compact_level0,
     }
     for operation, call in operations.items():
         with pytest.raises(InvalidStateStoreError) as info:
@@ -162,6 +163,7 @@ class _Broken:
         ("iterate", lambda e: e.items()),
         ("flush applied offset", lambda e: e.persist_applied_offset(1, current=2)),
         ("read applied offset", lambda e: e.applied_offset()),
+        ("compact", lambda e: e.compact_level0()),
     ],
 )
 def test_every_rocksdb_error_becomes_a_store_engine_error_naming_path_and_operation(
@@ -197,3 +199,77 @@ def test_bounds_compare_whole_keys_not_prefixes(engine: RocksDBEngine) -> None:
             want = [k for k in stored if (lo is None or k >= lo) and (hi is None or k < hi)]
             assert [k for k, _ in engine.items(lo, hi)] == want, (lo, hi)
             assert [k for k, _ in engine.items(lo, hi, reverse=True)] == want[::-1], (lo, hi)
+
+
+def _level0_files(engine: RocksDBEngine) -> int:
+    return int(engine._db.property_int_value("rocksdb.num-files-at-level0") or 0)
+
+
+def _wait_compacted(engine: RocksDBEngine, timeout_s: float = 30.0) -> None:
+    import time  # noqa: PLC0415
+
+    deadline = time.monotonic() + timeout_s
+    while _level0_files(engine) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_compact_level0_compacts_in_the_background_then_a_write_puts_the_trigger_back(
+    tmp_path: Path,
+) -> None:
+    """After a full restore (issue 18: a restored store's level-0 files cost a get ~6% at 1M keys)."""
+    config = RocksDBConfig(write_buffer_size_bytes=64 * 1024)
+    engine = RocksDBEngine.open(tmp_path / "db", config=config, cache=None)
+    try:
+        assert not engine.compact_level0()  # nothing in level 0: nothing asked
+        for round_ in range(2):
+            engine.write([(b"%05d-%d" % (i, round_), b"v" * 100) for i in range(500)], round_ + 1)
+            engine.flush()
+        assert _level0_files(engine) == 2  # below RocksDB's trigger of 4: left there
+        assert engine.compact_level0()
+        assert engine.level0_compaction_requested
+        _wait_compacted(engine)
+        assert _level0_files(engine) == 0
+        engine.write([(b"after", b"v")], 3)  # the first write after it: the trigger is back
+        assert not engine.level0_compaction_requested
+        for round_ in range(2):  # so two new level-0 files stay, as RocksDB's default wants
+            engine.write([(b"%05d-n%d" % (i, round_), b"v" * 100) for i in range(500)], 4)
+            engine.flush()
+        _wait_compacted(engine, timeout_s=1.0)
+        assert _level0_files(engine) == 2
+        assert engine.get(b"00001-0") == b"v" * 100
+    finally:
+        engine.close()
+
+
+def test_a_full_restore_asks_for_the_level0_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from statestore.config import StoreConfig  # noqa: PLC0415
+    from statestore.manager import StateManager  # noqa: PLC0415
+    from statestore.serdes import BytesSerde  # noqa: PLC0415
+
+    asked: list[bool] = []
+    real = RocksDBEngine.compact_level0
+
+    def spy(self: RocksDBEngine) -> bool:
+        asked.append(real(self))
+        return asked[-1]
+
+    monkeypatch.setattr(RocksDBEngine, "compact_level0", spy)
+    small = RocksDBConfig(write_buffer_size_bytes=64 * 1024)
+    for mode in ("full", "incremental"):
+        asked.clear()
+        for _ in range(2):
+            with StateManager(tmp_path / mode) as manager:
+                store = manager.store(
+                    "s",
+                    key_serde=BytesSerde(),
+                    value_serde=BytesSerde(),
+                    rocksdb=small,
+                    config=StoreConfig(restore_mode=mode),
+                )
+                for i in range(1500):
+                    store.put(b"%05d" % (i * 7919 % 1500), b"v" * 100)
+                store.commit()
+        # a rebuild only (the first open restored nothing); incremental never asks
+        assert asked == ([False, True] if mode == "full" else [])
