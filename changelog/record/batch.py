@@ -95,7 +95,6 @@ __all__ = [
     "Compression",
     "Headers",
     "Record",
-    "apply_key_values",
     "batch_extents",
     "compiled_encoder_available",
     "declared_size",
@@ -109,6 +108,7 @@ __all__ = [
     "encode_records_py",
     "fast_codec_available",
     "iter_batches",
+    "key_value_pairs",
     "uncompressed_batch",
     "validate_batch",
 ]
@@ -771,41 +771,24 @@ def decode_key_values(
     return [(r.offset, r.key, r.value) for r in _fast_reader(batch, path, position)]
 
 
-def apply_key_values(
+def key_value_pairs(
     batch: Buffer,
-    put: Callable[[bytes | None, bytes], object],
-    delete: Callable[[bytes | None], object],
     *,
     path: Path | str,
     position: int,
     validate: bool = True,
-) -> int:
-    """Hand every record of ``batch`` to ``put(key, value)``, or ``delete(key)`` for a tombstone.
+) -> list[tuple[bytes | None, bytes | None]]:
+    """The ``(key, value)`` of every record of ``batch``, in order: the restore path.
 
-    The restore path: one pass over the records with no list or tuple per record
-    (the compiled reader's records go straight to the callables).  Returns the
-    number of records.  Keys are passed as they are (``None`` for a record without
-    a key: the callee decides).  Framing errors raise :class:`CorruptRecordError`;
-    records before the error may already have been handed over.  A compressed
-    batch is decompressed first, as :func:`decode_key_values` does.
+    Like :func:`decode_key_values` without the offsets: the list restore hands to
+    the engine's key-ordered ``WriteBatch`` fill.  Errors as :func:`decode_key_values`.
     """
-    header, batch = _plain(batch, path, position, validate)
     if _FAST is None:
-        entries = decode_key_values(batch, path=path, position=position, validate=False)
-        for _offset, key, value in entries:
-            if value is None:
-                delete(key)
-            else:
-                put(key, value)
-        return len(entries)
-    reader, _builder, errors = _FAST
-    try:
-        for record in reader(bytes(batch)):
-            value = record.value
-            if value is None:
-                delete(record.key)
-            else:
-                put(record.key, value)
-    except errors as exc:
-        raise CorruptRecordError(path, position, f"malformed records: {exc}") from exc
-    return header.records_count
+        return [
+            (key, value)
+            for _offset, key, value in decode_key_values(
+                batch, path=path, position=position, validate=validate
+            )
+        ]
+    _header, batch = _plain(batch, path, position, validate)
+    return [(r.key, r.value) for r in _fast_reader(batch, path, position)]

@@ -367,17 +367,8 @@ class RocksDBEngine:
                 batch.put(meta_key, meta_value, self._meta)
         self.write_batch(batch, applied_offset)
 
-    @staticmethod
-    def new_write_batch() -> Any:
-        """An empty raw-mode ``WriteBatch`` to fill with ``put``/``delete`` (the restore path).
-
-        Hand it to :meth:`write_batch`.  Restore fills it straight from the
-        changelog's record reader, with no list of pairs in between.
-        """
-        return rocksdict.WriteBatch(raw_mode=True)
-
     def write_batch(self, batch: Any, applied_offset: int) -> None:
-        """Add the applied offset to ``batch`` (from :meth:`new_write_batch`) and write it, WAL off."""
+        """Add the applied offset to ``batch`` (a raw-mode ``WriteBatch``) and write it, WAL off."""
         self._check_open("write")
         batch.put(_APPLIED_OFFSET_KEY, _OFFSET.pack(applied_offset), self._meta)
         with _EngineErrors(self._path, "write"):
