@@ -388,8 +388,8 @@ class RocksDBEngine:
         Lowering ``level0_file_num_compaction_trigger`` to 1 makes RocksDB
         schedule that compaction at once; nothing waits for it (0.75 s of one
         background thread for 1M keys here).  The first write after it has
-        finished puts the trigger back to :data:`LEVEL0_COMPACTION_TRIGGER`
-        (until then a flush is compacted at once too).  A close meanwhile
+        finished (level 0 is empty) puts the trigger back to
+        :data:`LEVEL0_COMPACTION_TRIGGER` (until then a flush is compacted at once too).  A close meanwhile
         cancels it as RocksDB cancels any background compaction.
         """
         self._check_open("compact")
@@ -402,11 +402,14 @@ class RocksDBEngine:
         return True
 
     def _restore_level0_trigger(self) -> None:
-        """:meth:`compact_level0`'s end, from a write: the trigger back once nothing is left to do."""
+        """:meth:`compact_level0`'s end, from a write: the trigger back once level 0 is empty.
+
+        Level 0 empties when the compaction has installed its output (its
+        files are gone from level 0 only then); RocksDB's pending and running
+        counters are not waited for, as other levels may keep them non-zero.
+        """
         db = self._db
-        if db.property_int_value("rocksdb.compaction-pending") or db.property_int_value(
-            "rocksdb.num-running-compactions"
-        ):
+        if db.property_int_value("rocksdb.num-files-at-level0"):
             return
         db.set_options({"level0_file_num_compaction_trigger": str(LEVEL0_COMPACTION_TRIGGER)})
         self._level0_trigger_lowered = False
