@@ -93,6 +93,7 @@ from changelog.record.batch import (
     PARTITION_LEADER_EPOCH,
     BatchHeader,
     Headers,
+    Pairs,
     Record,
     decode_header,
     encode_batch,
@@ -360,13 +361,13 @@ class Log:
 
     def append(
         self,
-        records: Sequence[tuple[bytes | None, bytes | None]],
+        records: Pairs,
         timestamp_ms: int | None = None,
         *,
         headers: Sequence[Headers] | None = None,
         defer_flush: bool = False,
     ) -> AppendInfo:
-        """Append ``records`` (``(key, value)`` pairs; ``None`` value = tombstone) as one batch.
+        """Append ``records`` (``(key, value)`` pairs, or a mapping of key to value; ``None`` value = tombstone) as one batch.
 
         Every record gets ``timestamp_ms`` (default: the clock) as its
         CreateTime.  ``headers``, if given, holds one tuple of Kafka record
@@ -407,7 +408,7 @@ class Log:
 
     def append_transactional(
         self,
-        records: Sequence[tuple[bytes | None, bytes | None]],
+        records: Pairs,
         *,
         producer_id: int,
         producer_epoch: int,

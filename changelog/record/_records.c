@@ -9,8 +9,9 @@
  * reference, changelog.record.body.encode_body, for records without headers whose
  * timestamps all equal the batch's base timestamp (tests hold them equal).
  *
- * `pairs` must be a list or tuple of exact 2-tuples of exact bytes or None; anything
- * else raises TypeError naming the index, and the caller reports it in its own terms.
+ * `pairs` must be a list or tuple of exact 2-tuples of exact bytes or None, or a dict of
+ * exact bytes or None to exact bytes or None (one record per entry, in the dict's order);
+ * anything else raises TypeError naming the index, and the caller reports it in its own terms.
  * With `require_keys` true a None key raises ValueError naming the index (a compacted
  * log's rule, checked here for free rather than in a second pass over the pairs).
  * Nothing else is checked here (the caller bounds the count by Kafka's limits).
@@ -57,6 +58,47 @@ static inline Py_ssize_t nullable_size(PyObject *obj, Py_ssize_t index)
     return -2;
 }
 
+/* The (key, value) pairs of `pairs` (a list or tuple of 2-tuples, or a dict) as one array
+ * of 2n borrowed pointers, in order: key i at [2i], value i at [2i+1].  NULL with an
+ * exception set for an element that is not a 2-tuple (TypeError naming its index). */
+static PyObject **flatten(PyObject *pairs, int is_dict, Py_ssize_t n)
+{
+    PyObject **kv = PyMem_Malloc((size_t)(n > 0 ? 2 * n : 1) * sizeof(PyObject *));
+    if (kv == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (is_dict) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key, *value;
+        while (i < n && PyDict_Next(pairs, &pos, &key, &value)) {
+            kv[2 * i] = key;
+            kv[2 * i + 1] = value;
+            i++;
+        }
+        return kv;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(pairs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = items[i];
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_Format(PyExc_TypeError, "record %zd: not a (key, value) tuple", i);
+            PyMem_Free(kv);
+            return NULL;
+        }
+        kv[2 * i] = PyTuple_GET_ITEM(pair, 0);
+        kv[2 * i + 1] = PyTuple_GET_ITEM(pair, 1);
+    }
+    return kv;
+}
+
+static inline size_t record_body_size(Py_ssize_t i, Py_ssize_t klen, Py_ssize_t vlen)
+{
+    return 1 + 1 + uvarint_size(zigzag((int64_t)i)) + uvarint_size(zigzag(klen))
+           + (size_t)(klen > 0 ? klen : 0) + uvarint_size(zigzag(vlen))
+           + (size_t)(vlen > 0 ? vlen : 0) + 1;
+}
+
 static PyObject *encode_plain(PyObject *self, PyObject *args)
 {
     PyObject *pairs;
@@ -70,56 +112,57 @@ static PyObject *encode_plain(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "prefix must be >= 0");
         return NULL;
     }
-    if (!PyList_CheckExact(pairs) && !PyTuple_CheckExact(pairs)) {
-        PyErr_SetString(PyExc_TypeError, "pairs must be a list or a tuple");
+    int is_dict = PyDict_CheckExact(pairs);
+    if (!is_dict && !PyList_CheckExact(pairs) && !PyTuple_CheckExact(pairs)) {
+        PyErr_SetString(PyExc_TypeError, "pairs must be a list, a tuple or a dict");
         return NULL;
     }
-    /* A list cannot change size below: nothing here runs Python code or releases the GIL. */
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(pairs);
-    PyObject **items = PySequence_Fast_ITEMS(pairs);
+    /* Neither a list nor a dict can change below: nothing here runs Python code or releases
+     * the GIL, so both passes see the same pairs in the same order. */
+    Py_ssize_t n = is_dict ? PyDict_GET_SIZE(pairs) : PySequence_Fast_GET_SIZE(pairs);
+    PyObject **kv = flatten(pairs, is_dict, n);
+    if (kv == NULL) {
+        return NULL;
+    }
     size_t total = (size_t)prefix;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = items[i];
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_Format(PyExc_TypeError, "record %zd: not a (key, value) tuple", i);
-            return NULL;
-        }
-        Py_ssize_t klen = nullable_size(PyTuple_GET_ITEM(pair, 0), i);
+        Py_ssize_t klen = nullable_size(kv[2 * i], i);
         if (klen == -2) {
+            PyMem_Free(kv);
             return NULL;
         }
         if (klen == -1 && require_keys) {
             PyErr_Format(PyExc_ValueError, "record %zd: no key", i);
+            PyMem_Free(kv);
             return NULL;
         }
-        Py_ssize_t vlen = nullable_size(PyTuple_GET_ITEM(pair, 1), i);
+        Py_ssize_t vlen = nullable_size(kv[2 * i + 1], i);
         if (vlen == -2) {
+            PyMem_Free(kv);
             return NULL;
         }
-        size_t body = 1 + 1 + uvarint_size(zigzag((int64_t)i)) + uvarint_size(zigzag(klen))
-                      + (size_t)(klen > 0 ? klen : 0) + uvarint_size(zigzag(vlen))
-                      + (size_t)(vlen > 0 ? vlen : 0) + 1;
+        size_t body = record_body_size(i, klen, vlen);
         total += uvarint_size(zigzag((int64_t)body)) + body;
         if (total > (size_t)PY_SSIZE_T_MAX) {
             PyErr_SetString(PyExc_OverflowError, "records too large");
+            PyMem_Free(kv);
             return NULL;
         }
     }
     PyObject *out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
     if (out == NULL) {
+        PyMem_Free(kv);
         return NULL;
     }
     char *start = PyByteArray_AS_STRING(out);
     memset(start, 0, (size_t)prefix);
     char *p = start + prefix;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PyTuple_GET_ITEM(items[i], 0);
-        PyObject *value = PyTuple_GET_ITEM(items[i], 1);
+        PyObject *key = kv[2 * i];
+        PyObject *value = kv[2 * i + 1];
         Py_ssize_t klen = key == Py_None ? -1 : PyBytes_GET_SIZE(key);
         Py_ssize_t vlen = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
-        size_t body = 1 + 1 + uvarint_size(zigzag((int64_t)i)) + uvarint_size(zigzag(klen))
-                      + (size_t)(klen > 0 ? klen : 0) + uvarint_size(zigzag(vlen))
-                      + (size_t)(vlen > 0 ? vlen : 0) + 1;
+        size_t body = record_body_size(i, klen, vlen);
         p = put_uvarint(p, zigzag((int64_t)body));
         *p++ = 0; /* attributes */
         *p++ = 0; /* timestamp delta: zigzag(0) */
@@ -136,6 +179,7 @@ static PyObject *encode_plain(PyObject *self, PyObject *args)
         }
         *p++ = 0; /* header count */
     }
+    PyMem_Free(kv);
     if ((size_t)(p - start) != total) { /* cannot happen: both passes size alike */
         Py_DECREF(out);
         PyErr_SetString(PyExc_SystemError, "record encoder size mismatch");
@@ -147,7 +191,7 @@ static PyObject *encode_plain(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"encode_plain", encode_plain, METH_VARARGS,
      "encode_plain(pairs, prefix, require_keys=False) -> bytearray: `prefix` zero bytes, then "
-     "one Kafka v2 record per (key, value) pair (offset delta = index, timestamp delta 0, no "
+     "one Kafka v2 record per (key, value) pair (or dict entry) (offset delta = index, timestamp delta 0, no "
      "headers); with require_keys a None key raises ValueError."},
     {NULL, NULL, 0, NULL},
 };

@@ -34,7 +34,7 @@ Thread-safety: every function is pure and thread-safe; :class:`Record` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -94,6 +94,7 @@ __all__ = [
     "BatchHeader",
     "Compression",
     "Headers",
+    "Pairs",
     "Record",
     "batch_extents",
     "compiled_encoder_available",
@@ -117,6 +118,14 @@ __all__ = [
 # --------------------------------------------------------------------------- fast path probe
 
 
+Pairs = (
+    Sequence[tuple[bytes | None, bytes | None]]
+    | Mapping[bytes, bytes | None]
+    | Mapping[bytes | None, bytes | None]
+)
+"""What :func:`encode_batch` takes: ``(key, value)`` pairs, or a mapping (one record per entry)."""
+
+
 def _load_fast_codec() -> tuple[Any, Any, tuple[type[BaseException], ...]] | None:
     """aiokafka's compiled batch reader/builder, or ``None`` if only pure Python is there."""
     try:
@@ -135,7 +144,7 @@ def _load_fast_codec() -> tuple[Any, Any, tuple[type[BaseException], ...]] | Non
 _FAST: Final = _load_fast_codec()
 
 
-def _load_record_encoder() -> Callable[[Sequence[Any], int, bool], bytearray] | None:
+def _load_record_encoder() -> Callable[[Pairs, int, bool], bytearray] | None:
     """Our compiled record encoder (``changelog/record/_records.c``), or ``None`` if it was not built."""
     try:
         from changelog.record._records import encode_plain  # noqa: PLC0415 - optional
@@ -162,7 +171,7 @@ def fast_codec_available() -> bool:
 
 def encode_batch(
     base_offset: int,
-    pairs: Sequence[tuple[bytes | None, bytes | None]],
+    pairs: Pairs,
     *,
     timestamp_ms: int,
     headers: Sequence[Headers] | None = None,
@@ -185,10 +194,12 @@ def encode_batch(
     record headers).  With ``compression`` the records are compressed as
     Kafka's producer compresses them.  ``require_keys`` refuses a record whose
     key is ``None``, as a compacted log must (the compiled encoder checks it in
-    its own pass, for free).  Anything else, or no pairs at all, raises
+    its own pass, for free).  ``pairs`` may also be a mapping of key to value,
+    one record per entry in its order (a store's write buffer hands its dict
+    over: no tuple per record).  Anything else, or no pairs at all, raises
     :class:`InvalidRecordError`.
     """
-    if _ENCODE_PLAIN is not None and headers is None and type(pairs) in _LIST_OR_TUPLE:
+    if _ENCODE_PLAIN is not None and headers is None and type(pairs) in _ENCODABLE:
         encoded = _encode_plain(
             base_offset,
             pairs,
@@ -200,6 +211,8 @@ def encode_batch(
         )
         if encoded is not None:
             return encoded
+    if isinstance(pairs, Mapping):
+        pairs = list(pairs.items())
     if require_keys:
         _check_keys(check_pairs(pairs))
     if _FAST is None:
@@ -276,6 +289,7 @@ def _append_header(
 
 
 _LIST_OR_TUPLE: Final = (list, tuple)
+_ENCODABLE: Final = (list, tuple, dict)  # what the compiled record encoder walks
 
 
 def _no_key(index: int) -> InvalidRecordError:
@@ -292,7 +306,7 @@ def _check_keys(pairs: Sequence[Any]) -> None:
 
 def _encode_plain(
     base_offset: int,
-    pairs: Sequence[tuple[bytes | None, bytes | None]],
+    pairs: Pairs,
     *,
     timestamp_ms: int,
     compression: Compression | None,
@@ -309,7 +323,11 @@ def _encode_plain(
     tuple) sends the caller down the other path, which reports it; a ``None``
     key under ``require_keys`` is refused here.
     """
-    pairs = check_pairs(pairs)
+    if type(pairs) is dict:
+        if not pairs:
+            raise InvalidRecordError("a batch needs at least one record")
+    else:
+        pairs = check_pairs(pairs)
     check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
     check_timestamp("timestamp_ms", timestamp_ms)
     check_producer_state(*producer, is_transactional=is_transactional)
@@ -318,7 +336,7 @@ def _encode_plain(
     except TypeError:
         return None
     except ValueError:  # only a None key under require_keys: find which, in Python
-        _check_keys(pairs)
+        _check_keys(list(pairs.items()) if isinstance(pairs, Mapping) else pairs)
         raise
     plain = _append_header(
         buf,

@@ -359,7 +359,7 @@ class MeteredParticipant:
         """Writes buffered since the last commit."""
         return self._inner.pending_count
 
-    def take(self) -> list[tuple[bytes, bytes | None]]:
+    def take(self) -> dict[bytes, bytes | None]:
         """The wrapped partition's pending writes."""
         return self._inner.take()
 

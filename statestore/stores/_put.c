@@ -13,7 +13,10 @@
  *      is exactly bytes, else ser_key(key), which must return exactly bytes;
  *   3. the value's bytes: ser_value(value), exactly bytes (value None: a delete);
  *   4. len(key) + len(value) <= max_record_bytes;
- *   5. inner_put(key_bytes, value_bytes).
+ *   5. inner_put(key_bytes, value_bytes), or, when inner_put is a dict (the write buffer's
+ *      pending dict, whose bound __setitem__ is the buffer's put), PyDict_SetItem on it:
+ *      a method-wrapper has no vectorcall, so calling __setitem__ built an argument tuple
+ *      per put.
  *
  * Whenever one of 1-4 does not hold (a closed store, a key of another type, None,
  * a serializer that raised an Exception, a record too large, keyword arguments),
@@ -115,8 +118,14 @@ static PyObject *Putter_vectorcall(PyObject *obj, PyObject *const *args, size_t 
     if (PyBytes_GET_SIZE(key_bytes) + PyBytes_GET_SIZE(value_bytes) > self->max_record_bytes) {
         goto slow;
     }
-    PyObject *pair[2] = {key_bytes, value_bytes};
-    PyObject *result = PyObject_Vectorcall(self->inner_put, pair, 2, NULL);
+    PyObject *result;
+    if (PyDict_CheckExact(self->inner_put)) { /* the write buffer's dict itself */
+        result = PyDict_SetItem(self->inner_put, key_bytes, value_bytes) < 0 ? NULL
+                                                                              : Py_NewRef(Py_None);
+    } else {
+        PyObject *pair[2] = {key_bytes, value_bytes};
+        result = PyObject_Vectorcall(self->inner_put, pair, 2, NULL);
+    }
     Py_DECREF(key_bytes);
     Py_DECREF(value_bytes);
     return result;
@@ -149,8 +158,10 @@ static PyObject *Putter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if ((ser_key != Py_None && !PyCallable_Check(ser_key)) || !PyCallable_Check(ser_value)
-        || !PyCallable_Check(inner_put) || !PyCallable_Check(slow)) {
-        PyErr_SetString(PyExc_TypeError, "serializers, inner_put and slow must be callable");
+        || !(PyCallable_Check(inner_put) || PyDict_CheckExact(inner_put))
+        || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "serializers and slow must be callable, inner_put callable or a dict");
         return NULL;
     }
     Putter *self = (Putter *)type->tp_alloc(type, 0);
@@ -181,15 +192,44 @@ static PyTypeObject PutterType = {
     .tp_vectorcall_offset = offsetof(Putter, vectorcall),
 };
 
-/* forget(pending, records): drop from the dict `pending` each (key, value) of the list
- * `records` whose key still maps to that very value object; a key rewritten meanwhile
- * (another object) keeps its newer value.  The write buffer's forget, in one step under
- * the GIL: no other thread can write between the look and the delete. */
+/* forget(pending, records): drop from the dict `pending` each (key, value) of `records` (a
+ * dict snapshot from take(), or a list of (key, value) tuples) whose key still maps to that
+ * very value object; a key rewritten meanwhile (another object) keeps its newer value.  The
+ * write buffer's forget, in one step under the GIL: no other thread can write between the
+ * look and the delete. */
+static int forget_one(PyObject *pending, PyObject *key, PyObject *value)
+{
+    PyObject *current = PyDict_GetItemWithError(pending, key); /* borrowed */
+    if (current == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    return current == value ? PyDict_DelItem(pending, key) : 0;
+}
+
 static PyObject *forget(PyObject *self, PyObject *args)
 {
     PyObject *pending, *records;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &pending, &PyList_Type, &records)) {
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &pending, &records)) {
+        return NULL;
+    }
+    if (PyDict_CheckExact(records)) {
+        if (records == pending) {
+            PyErr_SetString(PyExc_ValueError, "records must be a snapshot, not the pending dict");
+            return NULL;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        /* records is nobody else's: take() made it, and nothing here runs Python code */
+        while (PyDict_Next(records, &pos, &key, &value)) {
+            if (forget_one(pending, key, value) < 0) {
+                return NULL;
+            }
+        }
+        Py_RETURN_NONE;
+    }
+    if (!PyList_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "records must be a dict or a list");
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(records);
@@ -199,15 +239,7 @@ static PyObject *forget(PyObject *self, PyObject *args)
             PyErr_Format(PyExc_TypeError, "record %zd: not a (key, value) tuple", i);
             return NULL;
         }
-        PyObject *key = PyTuple_GET_ITEM(pair, 0);
-        PyObject *current = PyDict_GetItemWithError(pending, key); /* borrowed */
-        if (current == NULL) {
-            if (PyErr_Occurred()) {
-                return NULL;
-            }
-            continue;
-        }
-        if (current == PyTuple_GET_ITEM(pair, 1) && PyDict_DelItem(pending, key) < 0) {
+        if (forget_one(pending, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) < 0) {
             return NULL;
         }
     }
@@ -220,16 +252,18 @@ static PyObject *forget(PyObject *self, PyObject *args)
  * each insert starts its search at the last one's place (its "splice") instead of at the
  * top of the list, and touches nodes the last insert left in the cache. */
 typedef struct {
-    const char *key;
+    const char *bytes;
     Py_ssize_t len;
     Py_ssize_t index;
+    PyObject *key;   /* borrowed from the records */
+    PyObject *value; /* borrowed; Py_None: a delete */
 } KeyRef;
 
 static int keyref_compare(const void *a, const void *b)
 {
     const KeyRef *x = a, *y = b;
     Py_ssize_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(x->key, y->key, (size_t)n);
+    int c = memcmp(x->bytes, y->bytes, (size_t)n);
     if (c != 0) {
         return c;
     }
@@ -239,56 +273,85 @@ static int keyref_compare(const void *a, const void *b)
     return x->index < y->index ? -1 : (x->index > y->index);
 }
 
-/* fill(batch, records): batch.put(key, value) for each pair of the list `records`, or
- * batch.delete(key) when value is None, in key order (see KeyRef); a list with a key that
- * is not exactly bytes goes in its own order (rocksdict raises on that key).  The engine's
- * WriteBatch fill without a Python loop.  The first error of a put or delete is raised at once. */
-static PyObject *fill(PyObject *self, PyObject *args)
+/* The records of a list of (key, value) tuples or of a dict, in their order; -1 on error. */
+static Py_ssize_t collect(PyObject *records, KeyRef *refs, Py_ssize_t n)
 {
-    PyObject *batch, *records;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "OO!", &batch, &PyList_Type, &records)) {
-        return NULL;
+    if (PyDict_CheckExact(records)) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key, *value;
+        while (i < n && PyDict_Next(records, &pos, &key, &value)) {
+            refs[i].key = key;
+            refs[i].value = value;
+            i++;
+        }
+        return i;
     }
-    Py_ssize_t n = PyList_GET_SIZE(records);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyList_GET_ITEM(records, i);
         if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
             PyErr_Format(PyExc_TypeError, "record %zd: not a (key, value) tuple", i);
-            return NULL;
+            return -1;
         }
+        refs[i].key = PyTuple_GET_ITEM(pair, 0);
+        refs[i].value = PyTuple_GET_ITEM(pair, 1);
     }
-    KeyRef *order = NULL;
-    if (n > 1) {
-        order = PyMem_Malloc((size_t)n * sizeof(KeyRef));
-        if (order == NULL) {
-            return PyErr_NoMemory();
+    return n;
+}
+
+/* fill(batch, records): batch.put(key, value) for each record of `records` (a list of
+ * (key, value) tuples, or a dict key -> value), or batch.delete(key) when value is None, in
+ * key order (see KeyRef); records with a key that is not exactly bytes go in their own order
+ * (rocksdict raises on that key).  The engine's WriteBatch fill without a Python loop.  The
+ * first error of a put or delete is raised at once.  Nothing here runs Python code before
+ * the puts, so the records cannot change under it; the puts themselves are rocksdict's. */
+static PyObject *fill(PyObject *self, PyObject *args)
+{
+    PyObject *batch, *records;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO", &batch, &records)) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(records) && !PyDict_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "records must be a list or a dict");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_CheckExact(records) ? PyList_GET_SIZE(records) : PyDict_GET_SIZE(records);
+    KeyRef *refs = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(KeyRef));
+    if (refs == NULL) {
+        return PyErr_NoMemory();
+    }
+    n = collect(records, refs, n);
+    if (n < 0) {
+        PyMem_Free(refs);
+        return NULL;
+    }
+    int sortable = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        refs[i].index = i;
+        if (!PyBytes_CheckExact(refs[i].key)) {
+            sortable = 0;
+            break;
         }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), 0);
-            if (!PyBytes_CheckExact(key)) {
-                PyMem_Free(order);
-                order = NULL;
-                break;
-            }
-            order[i].key = PyBytes_AS_STRING(key);
-            order[i].len = PyBytes_GET_SIZE(key);
-            order[i].index = i;
-        }
-        if (order != NULL) {
-            qsort(order, (size_t)n, sizeof(KeyRef), keyref_compare);
-        }
+        refs[i].bytes = PyBytes_AS_STRING(refs[i].key);
+        refs[i].len = PyBytes_GET_SIZE(refs[i].key);
+    }
+    if (sortable && n > 1) {
+        qsort(refs, (size_t)n, sizeof(KeyRef), keyref_compare);
+    }
+    /* Hold the records while rocksdict runs: its put may release the GIL or run Python. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(refs[i].key);
+        Py_INCREF(refs[i].value);
     }
     PyObject *put = PyObject_GetAttrString(batch, "put");
     PyObject *delete = put == NULL ? NULL : PyObject_GetAttrString(batch, "delete");
     PyObject *result = delete == NULL ? NULL : Py_None;
     for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
-        PyObject *pair = PyList_GET_ITEM(records, order == NULL ? i : order[i].index);
         PyObject *out;
-        if (PyTuple_GET_ITEM(pair, 1) == Py_None) {
-            out = PyObject_CallOneArg(delete, PyTuple_GET_ITEM(pair, 0));
+        if (refs[i].value == Py_None) {
+            out = PyObject_CallOneArg(delete, refs[i].key);
         } else {
-            PyObject *kv[2] = {PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)};
+            PyObject *kv[2] = {refs[i].key, refs[i].value};
             out = PyObject_Vectorcall(put, kv, 2, NULL);
         }
         if (out == NULL) {
@@ -297,7 +360,11 @@ static PyObject *fill(PyObject *self, PyObject *args)
             Py_DECREF(out);
         }
     }
-    PyMem_Free(order);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_DECREF(refs[i].key);
+        Py_DECREF(refs[i].value);
+    }
+    PyMem_Free(refs);
     Py_XDECREF(put);
     Py_XDECREF(delete);
     return result == NULL ? NULL : Py_NewRef(Py_None);
@@ -305,9 +372,11 @@ static PyObject *fill(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"forget", forget, METH_VARARGS,
-     "forget(pending, records): drop each committed (key, value) still buffered as is."},
+     "forget(pending, records): drop each committed (key, value) (a dict snapshot or a list) "
+     "still buffered as is."},
     {"fill", fill, METH_VARARGS,
-     "fill(batch, records): batch.put(key, value), or batch.delete(key) for None, per record."},
+     "fill(batch, records): batch.put(key, value), or batch.delete(key) for None, per record "
+     "(a list of pairs or a dict), in key order."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,14 +10,16 @@ class Putter:
         ser_key: Callable[[Any], bytes] | None,
         ser_value: Callable[[Any], bytes],
         max_record_bytes: int,
-        inner_put: Callable[[bytes, bytes | None], None],
+        inner_put: Callable[[bytes, bytes | None], None] | dict[bytes, bytes | None],
         slow: Callable[[Any, Any], None],
         /,
     ) -> None: ...
     def __call__(self, key: Any, value: Any, /) -> None: ...
 
-def forget(pending: dict[bytes, bytes | None], records: list[Any], /) -> None:
+def forget(
+    pending: dict[bytes, bytes | None], records: dict[bytes, bytes | None] | list[Any], /
+) -> None:
     """Drop each committed ``(key, value)`` still buffered as that very value."""
 
-def fill(batch: Any, records: list[Any], /) -> None:
-    """``batch.put(key, value)`` (``batch.delete(key)`` for ``None``) per record."""
+def fill(batch: Any, records: dict[bytes, bytes | None] | list[Any], /) -> None:
+    """``batch.put(key, value)`` (``batch.delete(key)`` for ``None``) per record, in key order."""

@@ -40,14 +40,14 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from changelog import AppendInfo, Log
 from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, StoreEngineError
 from statestore.stores.change_logging import ChangeLoggingStore
-from statestore.stores.participant import Participant
+from statestore.stores.participant import Participant, Records
 
 __all__ = ["WriteBuffer"]
 
@@ -56,7 +56,9 @@ logger = logging.getLogger(__name__)
 _MISSING: Final[Any] = object()
 
 
-def _load_forget() -> Callable[[dict[bytes, bytes | None], list[Any]], None] | None:
+def _load_forget() -> (
+    Callable[[dict[bytes, bytes | None], list[Any] | dict[Any, Any]], None] | None
+):
     """The compiled forget (``statestore/stores/_put.c``), or ``None`` if it was not built."""
     try:
         from statestore.stores._put import forget  # noqa: PLC0415 - optional
@@ -214,11 +216,15 @@ class WriteBuffer:
         """This partition, as the one member of its store's commits."""
         return (self,)
 
-    def take(self) -> list[tuple[bytes, bytes | None]]:
-        """A snapshot of the pending writes; they stay buffered (and readable) until :meth:`forget`."""
-        return list(self._pending.items())  # one C call: atomic under the GIL
+    def take(self) -> dict[bytes, bytes | None]:
+        """A snapshot of the pending writes; they stay buffered (and readable) until :meth:`forget`.
 
-    def write(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+        A copy of the dict (one C call: atomic under the GIL): no tuple per record
+        (``list(items())`` cost ~40 ns a record more, issue 14 part 7).
+        """
+        return self._pending.copy()
+
+    def write(self, records: Records) -> int:
         """Commit ``records`` (a :meth:`take`) as one ordinary batch, then forget them.
 
         On an error, which writes stay buffered is said in the module docstring.
@@ -237,7 +243,7 @@ class WriteBuffer:
 
     def append_transactional(
         self,
-        records: Sequence[tuple[bytes, bytes | None]],
+        records: Records,
         *,
         producer_id: int,
         producer_epoch: int,
@@ -264,11 +270,11 @@ class WriteBuffer:
             marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
         )
 
-    def apply(self, records: Sequence[tuple[bytes, bytes | None]], applied_offset: int) -> None:
+    def apply(self, records: Records, applied_offset: int) -> None:
         """T5 of a transaction: ``records`` into RocksDB (see :meth:`ChangeLoggingStore.apply`)."""
         self._inner.apply(records, applied_offset)
 
-    def forget(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+    def forget(self, records: Records | Sequence[tuple[bytes, bytes | None]]) -> None:
         """Drop from the buffer exactly the writes ``records`` committed, nothing newer.
 
         The append's fsync releases the GIL, so another thread may buffer
@@ -283,11 +289,11 @@ class WriteBuffer:
         in one step under the GIL (a rewritten key keeps its place), so there is
         not even that window.
         """
-        if _FORGET is not None and type(records) is list:
+        if _FORGET is not None and (type(records) is dict or type(records) is list):
             _FORGET(self._pending, records)  # the same rule in one step: no window at all
             return
         pending = self._pending
-        for key, value in records:
+        for key, value in records.items() if isinstance(records, Mapping) else records:
             current = pending.pop(key, _MISSING)
             if current is not value and current is not _MISSING:
                 pending.setdefault(key, current)

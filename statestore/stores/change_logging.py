@@ -88,7 +88,7 @@ is thread-safe on its own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from changelog import (
@@ -108,6 +108,7 @@ from statestore.errors import (
 )
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.lifecycle import StoreState, move
+from statestore.stores.participant import Records
 from statestore.stores.restore import (
     ProgressHook,
     RestorePlan,
@@ -241,7 +242,7 @@ class ChangeLoggingStore:
 
     # ----------------------------------------------------------------- writes
 
-    def write(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+    def write(self, records: Records) -> int:
         """Steps 1-3: append ``records`` as one batch, then apply them to RocksDB.
 
         ``records`` has one entry per key (``None`` value: a tombstone) and is
@@ -260,7 +261,7 @@ class ChangeLoggingStore:
 
     def append_transactional(
         self,
-        records: Sequence[tuple[bytes, bytes | None]],
+        records: Records,
         *,
         producer_id: int,
         producer_epoch: int,
@@ -320,7 +321,7 @@ class ChangeLoggingStore:
                 ) from exc
             raise
 
-    def apply(self, records: Sequence[tuple[bytes, bytes | None]], applied: int) -> None:
+    def apply(self, records: Records, applied: int) -> None:
         """Steps 2-3: apply committed ``records`` to RocksDB with the applied offset ``applied``.
 
         A :class:`StoreEngineError` fails the partition.

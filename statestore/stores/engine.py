@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 
-def _load_fill() -> Callable[[Any, list[Any]], None] | None:
+def _load_fill() -> Callable[[Any, list[Any] | dict[Any, Any]], None] | None:
     """The compiled WriteBatch fill (``statestore/stores/_put.c``), or ``None`` if not built."""
     try:
         from statestore.stores._put import fill  # noqa: PLC0415 - optional
@@ -325,12 +325,12 @@ class RocksDBEngine:
 
     def write(
         self,
-        records: Iterable[tuple[bytes, bytes | None]],
+        records: Iterable[tuple[bytes, bytes | None]] | Mapping[bytes, bytes | None],
         applied_offset: int,
         *,
         meta: Mapping[bytes, bytes] | None = None,
     ) -> None:
-        """Apply ``records`` (``None`` value: delete) and the applied offset in one WriteBatch.
+        """Apply ``records`` (pairs or a mapping; ``None`` value: delete) and the applied offset in one WriteBatch.
 
         ``meta`` entries go to the metadata column family in the same WriteBatch
         (the applied offset's own key is reserved).  A record whose key is not
@@ -350,12 +350,12 @@ class RocksDBEngine:
         """
         self._check_open("write")
         batch = rocksdict.WriteBatch(raw_mode=True)
-        if _FILL is not None and type(records) is list:
+        if _FILL is not None and (type(records) is list or type(records) is dict):
             _FILL(batch, records)  # the loop below, in C (``_put.c``), in key order
         else:
             put = batch.put
             delete = batch.delete
-            for key, value in records:
+            for key, value in records.items() if isinstance(records, Mapping) else records:
                 if value is None:
                     delete(key)
                 else:

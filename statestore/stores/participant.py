@@ -17,7 +17,7 @@ that lock (writes from the store's user thread may go on meanwhile: see
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from changelog import AppendInfo, Log
@@ -25,8 +25,10 @@ from changelog.record.control import ControlRecordType
 
 __all__ = ["Committer", "Participant", "Records"]
 
-Records = Sequence[tuple[bytes, bytes | None]]
-"""One entry per key (``None``: a tombstone)."""
+Records = Mapping[bytes, bytes | None]
+"""A commit's records: serialized key -> serialized value (``None``: a tombstone), one per key,
+in write order; :meth:`Participant.take`'s snapshot of the pending dict (a copy, no tuple per
+record: the encoder, the ``WriteBatch`` fill and ``forget`` walk it in C)."""
 
 
 class Participant(Protocol):
@@ -62,7 +64,7 @@ class Participant(Protocol):
         """Writes buffered since the last commit."""
         ...
 
-    def take(self) -> list[tuple[bytes, bytes | None]]:
+    def take(self) -> dict[bytes, bytes | None]:
         """A snapshot of the pending writes (they stay buffered until :meth:`forget`)."""
         ...
 

@@ -90,6 +90,20 @@ def _load_putter() -> Callable[..., Callable[[Any, Any], None]] | None:
 _PUTTER: Final = _load_putter()
 
 
+def _dict_of_setitem(
+    put: Callable[[bytes, bytes | None], None],
+) -> Callable[[bytes, bytes | None], None] | dict[bytes, bytes | None]:
+    """The dict whose bound ``__setitem__`` ``put`` is (the write buffer's), else ``put`` itself.
+
+    The compiled put then calls ``PyDict_SetItem`` on it directly (a bound
+    ``__setitem__`` is a method-wrapper, which builds an argument tuple per call).
+    """
+    owner = getattr(put, "__self__", None)
+    if type(owner) is dict and put == owner.__setitem__:
+        return owner
+    return put
+
+
 def compiled_put_available() -> bool:
     """Whether the compiled put is built (else ``KeyValueStore.put`` runs as Python)."""
     return _PUTTER is not None
@@ -245,7 +259,7 @@ class KeyValueStore(Generic[K, V]):
                 None if self._bytes_keys else self._ser_key,
                 self._ser_value,
                 self._max_record_bytes,
-                self._inner_put,
+                _dict_of_setitem(self._inner_put),
                 types.MethodType(KeyValueStore.put, self),
             )
 

@@ -296,3 +296,61 @@ def test_the_sorted_fill_leaves_the_database_the_loop_leaves(
         else:
             expected[key] = value
     assert compiled == expected
+
+
+def test_forget_and_fill_take_the_dict_snapshot_as_they_take_a_list() -> None:
+    """take() hands over a copy of the pending dict (no tuple per record); forget and fill
+    walk it in C with the same rules as for a list of pairs."""
+    from statestore.stores import _put  # noqa: PLC0415
+
+    pending: dict[bytes, Any] = {b"b": b"2", b"a": b"1", b"c": None, b"d": b"4"}
+    snapshot = pending.copy()
+    pending[b"b"] = b"rewritten"
+    pending[b"e"] = b"new"
+    del pending[b"d"]
+    expected = dict(pending)
+    _python_forget(expected, list(snapshot.items()))
+    _put.forget(pending, snapshot)
+    assert pending == expected == {b"b": b"rewritten", b"e": b"new"}
+    with pytest.raises(ValueError, match="snapshot"):
+        _put.forget(pending, pending)
+    with pytest.raises(TypeError):
+        _put.forget(pending, (b"a", b"1"))  # type: ignore[arg-type]
+    batch = _RecordingBatch()
+    _put.fill(batch, snapshot)
+    assert batch.calls == [
+        ("put", b"a", b"1"),
+        ("put", b"b", b"2"),
+        ("delete", b"c", None),
+        ("put", b"d", b"4"),
+    ]
+    batch = _RecordingBatch()
+    _put.fill(batch, {})
+    assert batch.calls == []
+
+
+def test_the_compiled_put_writes_into_the_buffers_dict_directly() -> None:
+    """A bound dict ``__setitem__`` is handed over as its dict (``PyDict_SetItem``, no argument
+    tuple per put); any other callable is called as it is."""
+    from statestore.stores import _put  # noqa: PLC0415
+    from statestore.stores.typed import _dict_of_setitem  # noqa: PLC0415
+
+    pending: dict[bytes, bytes | None] = {}
+    assert _dict_of_setitem(pending.__setitem__) is pending
+    other: dict[bytes, bytes | None] = {}
+    assert _dict_of_setitem(other.__setitem__) is other
+    calls: list[tuple[bytes, bytes | None]] = []
+
+    def record(key: bytes, value: bytes | None) -> None:
+        calls.append((key, value))
+
+    assert _dict_of_setitem(record) is record
+
+    def slow(key: object, value: object) -> None:
+        raise AssertionError("the fast path should take these")
+
+    for target in (pending, record):
+        put = _put.Putter([True], None, lambda v: b"v" + v, 100, target, slow)
+        put(b"k", b"1")
+    assert pending == {b"k": b"v1"}
+    assert calls == [(b"k", b"v1")]

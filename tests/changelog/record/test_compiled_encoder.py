@@ -161,3 +161,38 @@ def test_a_compacted_log_refuses_a_record_without_a_key_and_writes_nothing(
             assert log.log_end_offset == 0
         else:
             assert log.append(pairs).last_offset == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs=st.dictionaries(st.binary(max_size=300), blobs, min_size=1, max_size=20))
+def test_a_dict_encodes_as_the_list_of_its_items_on_every_path(
+    pairs: dict[bytes, bytes | None],
+) -> None:
+    """The write buffer hands its dict snapshot over: one record per entry, in its order."""
+    expected = encode_batch_py(5, list(pairs.items()), timestamp_ms=TS)
+    assert encode_batch(5, pairs, timestamp_ms=TS) == expected
+    compiled = rb._ENCODE_PLAIN
+    try:
+        rb._ENCODE_PLAIN = None  # type: ignore[misc]
+        assert encode_batch(5, pairs, timestamp_ms=TS) == expected
+    finally:
+        rb._ENCODE_PLAIN = compiled  # type: ignore[misc]
+
+
+def test_a_dict_keeps_the_typed_errors() -> None:
+    with pytest.raises(InvalidRecordError, match="at least one record"):
+        encode_batch(0, {}, timestamp_ms=TS)
+    with pytest.raises(InvalidRecordError, match="record 1 has no key"):
+        encode_batch(0, {b"a": b"1", None: b"2"}, timestamp_ms=TS, require_keys=True)
+    with pytest.raises(InvalidRecordError, match=r"record 1 must be a \(key, value\) pair"):
+        encode_batch(0, {b"a": b"1", b"b": "text"}, timestamp_ms=TS)  # type: ignore[dict-item]
+
+
+def test_log_append_takes_a_dict(tmp_path: Any) -> None:
+    from changelog.log import Log  # noqa: PLC0415
+
+    with Log.open(tmp_path / "t-0", config=LogConfig()) as log:
+        info = log.append({b"k": b"v", b"gone": None})
+        assert (info.first_offset, info.last_offset) == (0, 1)
+        records = [(r.key, r.value) for r in log.read(0)]
+        assert records == [(b"k", b"v"), (b"gone", None)]
