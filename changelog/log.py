@@ -96,7 +96,7 @@ from changelog.record.batch import (
     Pairs,
     Record,
     decode_header,
-    encode_batch,
+    encode_append_batch,
 )
 from changelog.record.compression import compression_for
 from changelog.record.control import ControlRecordType, encode_marker_batch, read_marker
@@ -390,15 +390,12 @@ class Log:
         """
         self._check_open()
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
-        batch = bytearray(
-            encode_batch(
-                0,
-                records,
-                timestamp_ms=stamp,
-                headers=headers,
-                compression=self._compression,
-                require_keys=self._config.compact,
-            )
+        batch = encode_append_batch(
+            records,
+            timestamp_ms=stamp,
+            headers=headers,
+            compression=self._compression,
+            require_keys=self._config.compact,
         )  # offset and leader epoch patched below (neither is under the CRC)
         self._check_batch(batch)
         with self.lock:
@@ -431,19 +428,17 @@ class Log:
         with self.lock:
             self._check_open()
             self._check_epoch(producer_id, producer_epoch)
-            batch = bytearray(
-                encode_batch(
-                    0,
-                    records,
-                    timestamp_ms=stamp,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    base_sequence=self._producers.next_sequence(producer_id, producer_epoch),
-                    is_transactional=True,
-                    headers=headers,
-                    compression=self._compression,
-                    require_keys=self._config.compact,
-                )
+            batch = encode_append_batch(
+                records,
+                timestamp_ms=stamp,
+                headers=headers,
+                compression=self._compression,
+                require_keys=self._config.compact,
+                producer=(
+                    producer_id,
+                    producer_epoch,
+                    self._producers.next_sequence(producer_id, producer_epoch),
+                ),
             )
             self._check_batch(batch)
             info = self._append_locked(batch, len(records), stamp, producer_state=True)

@@ -143,18 +143,20 @@ def encode_marker_batch(
     value = MARKER_VALUE.pack(MARKER_VALUE_VERSION, coordinator_epoch)
     buf = bytearray(BATCH_HEADER_SIZE)
     encode_body([(0, 0, key, value, ())], buf)
-    return write_header(
-        buf,
-        base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch,
-        attributes=_MARKER_ATTRIBUTES,
-        last_offset_delta=0,
-        base_timestamp=timestamp_ms,
-        max_timestamp=timestamp_ms,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=NO_SEQUENCE,
-        records_count=1,
+    return bytes(
+        write_header(
+            buf,
+            base_offset=base_offset,
+            partition_leader_epoch=partition_leader_epoch,
+            attributes=_MARKER_ATTRIBUTES,
+            last_offset_delta=0,
+            base_timestamp=timestamp_ms,
+            max_timestamp=timestamp_ms,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=NO_SEQUENCE,
+            records_count=1,
+        )
     )
 
 

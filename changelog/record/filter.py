@@ -147,18 +147,20 @@ class FilteredBatch:
 
 def empty_batch(header: BatchHeader) -> bytes:
     """Kafka's ``DefaultRecordBatch.writeEmptyHeader`` for the batch ``header`` describes."""
-    return write_header(
-        bytearray(BATCH_HEADER_SIZE),
-        base_offset=header.base_offset,
-        partition_leader_epoch=header.partition_leader_epoch,
-        attributes=header.attributes & _ATTRIBUTES_KEPT_WHEN_EMPTY,
-        last_offset_delta=header.last_offset_delta,
-        base_timestamp=header.max_timestamp,
-        max_timestamp=header.max_timestamp,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        records_count=0,
+    return bytes(
+        write_header(
+            bytearray(BATCH_HEADER_SIZE),
+            base_offset=header.base_offset,
+            partition_leader_epoch=header.partition_leader_epoch,
+            attributes=header.attributes & _ATTRIBUTES_KEPT_WHEN_EMPTY,
+            last_offset_delta=header.last_offset_delta,
+            base_timestamp=header.max_timestamp,
+            max_timestamp=header.max_timestamp,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            records_count=0,
+        )
     )
 
 
@@ -305,17 +307,19 @@ def _copy_kept(
     if cursor != len(raw) or max_delta is None:
         raise CorruptRecordError(path, position, "record lengths do not add up to the batch length")
     max_timestamp = header.base_timestamp + max_delta
-    data = write_header(
-        bytearray(b"".join(parts)),
-        base_offset=header.base_offset,
-        partition_leader_epoch=header.partition_leader_epoch,
-        attributes=header.attributes,
-        last_offset_delta=header.last_offset_delta,
-        base_timestamp=header.base_timestamp,
-        max_timestamp=max_timestamp,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        records_count=len(keep),
+    data = bytes(
+        write_header(
+            bytearray(b"".join(parts)),
+            base_offset=header.base_offset,
+            partition_leader_epoch=header.partition_leader_epoch,
+            attributes=header.attributes,
+            last_offset_delta=header.last_offset_delta,
+            base_timestamp=header.base_timestamp,
+            max_timestamp=max_timestamp,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            records_count=len(keep),
+        )
     )
     return data, max_timestamp, max_offset

@@ -196,3 +196,51 @@ def test_log_append_takes_a_dict(tmp_path: Any) -> None:
         assert (info.first_offset, info.last_offset) == (0, 1)
         records = [(r.key, r.value) for r in log.read(0)]
         assert records == [(b"k", b"v"), (b"gone", None)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    pairs=pair_lists,
+    transactional=st.booleans(),
+    compressed=st.booleans(),
+    with_headers=st.booleans(),
+    as_dict=st.booleans(),
+)
+def test_the_logs_append_encoding_is_encode_batch_in_a_bytearray(
+    pairs: list[tuple[bytes | None, bytes | None]],
+    transactional: bool,
+    compressed: bool,
+    with_headers: bool,
+    as_dict: bool,
+) -> None:
+    """``encode_append_batch`` (no copy on the compiled path) writes ``encode_batch``'s bytes."""
+    producer = (7, 2, 11) if transactional else None
+    compression = compression_for(LogConfig(compression_type="zstd")) if compressed else None
+    headers = [(("h", b"1"),)] * len(pairs) if with_headers else None
+    records: Any = dict(pairs) if as_dict else pairs
+    count = len(records)
+    if headers is not None:
+        headers = headers[:count]
+    got = rb.encode_append_batch(
+        records,
+        timestamp_ms=TS,
+        compression=compression,
+        require_keys=False,
+        headers=headers,
+        producer=producer,
+    )
+    assert type(got) is bytearray
+    extra: dict[str, Any] = (
+        {"producer_id": 7, "producer_epoch": 2, "base_sequence": 11, "is_transactional": True}
+        if transactional
+        else {}
+    )
+    expected = encode_batch_py(
+        0,
+        list(dict(pairs).items()) if as_dict else pairs,
+        timestamp_ms=TS,
+        compression=compression,
+        headers=headers,
+        **extra,
+    )
+    assert bytes(got) == expected
