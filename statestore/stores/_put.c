@@ -1,5 +1,5 @@
-/* The store layer's write path in C: the typed store's put (Putter), the write buffer's
- * forget and the engine's WriteBatch fill (at the end of this file).
+/* The store layer's hot paths in C: the typed store's put (Putter) and get (Getter, after
+ * it), the write buffer's forget and the engine's WriteBatch fill (at the end of this file).
  *
  * The typed store's put: serialize, check, buffer, with no Python frame of its own.
  *
@@ -190,6 +190,196 @@ static PyTypeObject PutterType = {
     .tp_clear = (inquiry)Putter_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Putter, vectorcall),
+};
+
+/* The typed store's get, its fast path in C (issue 18: the two Python frames of a get,
+ * the typed store's and the write buffer's, were most of what a get cost above raw's).
+ *
+ * Getter(cell, ser_key, pending, lookup_cell, try_cell, slow)
+ *
+ * Calling it with (key) or (key, default) does what KeyValueStore.get does for a store of
+ * one partition whose write buffer is directly below:
+ *
+ *   1. the store is open: cell[0] is True (the put's cell);
+ *   2. the key's bytes: the key itself when ser_key is None (bytes keys) and it is exactly
+ *      bytes, else ser_key(key), which must return exactly bytes;
+ *   3. the buffer's pending write of the key (pending[key]; None: a tombstone), else
+ *      lookup_cell[0](key), RocksDB's own get (the buffer empties the cell when it closes,
+ *      so no reference to RocksDB outlives it);
+ *   4. None: default; else try_cell[0](data), the value serde's first-try decoder (the
+ *      store replaces it in the cell when it replaces its own).
+ *
+ * Whenever one of these does not hold or raises an Exception (a closed store, a key of
+ * another type, a serializer or a lookup that raised, a value the first try refused), it
+ * calls slow(key, default), the Python get, which does it again and raises the store's
+ * typed error or decodes the value its own way.  Reads are pure, so the repeat is harmless.
+ * A BaseException that is not an Exception propagates as it is.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *cell;
+    PyObject *ser_key;
+    PyObject *pending;
+    PyObject *lookup_cell;
+    PyObject *try_cell;
+    PyObject *slow;
+    vectorcallfunc vectorcall;
+} Getter;
+
+static int Getter_traverse(Getter *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->cell);
+    Py_VISIT(self->ser_key);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->lookup_cell);
+    Py_VISIT(self->try_cell);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int Getter_clear(Getter *self)
+{
+    Py_CLEAR(self->cell);
+    Py_CLEAR(self->ser_key);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->lookup_cell);
+    Py_CLEAR(self->try_cell);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void Getter_dealloc(Getter *self)
+{
+    PyObject_GC_UnTrack(self);
+    Getter_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* An Exception clears to "take the slow path" (returns 1); a BaseException stays set (0). */
+static int slow_after_error(void)
+{
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *Getter_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames)
+{
+    Getter *self = (Getter *)obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *key_bytes = NULL;
+    PyObject *data = NULL;
+    if (kwnames != NULL || nargs < 1 || nargs > 2 || PyList_GET_ITEM(self->cell, 0) != Py_True) {
+        goto slow;
+    }
+    PyObject *dflt = nargs == 2 ? args[1] : Py_None;
+    if (self->ser_key == Py_None) {
+        if (!PyBytes_CheckExact(args[0])) {
+            goto slow;
+        }
+        key_bytes = Py_NewRef(args[0]);
+    } else {
+        if (args[0] == Py_None) {
+            goto slow;
+        }
+        key_bytes = serialize(self->ser_key, args[0]);
+        if (key_bytes == NULL) {
+            goto slow_or_error;
+        }
+    }
+    data = PyDict_GetItemWithError(self->pending, key_bytes); /* borrowed */
+    if (data != NULL) {
+        Py_INCREF(data);
+    } else {
+        if (PyErr_Occurred()) {
+            goto slow_or_error;
+        }
+        PyObject *lookup = PyList_GET_ITEM(self->lookup_cell, 0);
+        if (lookup == Py_None) {
+            goto slow;
+        }
+        Py_INCREF(lookup);
+        data = PyObject_CallOneArg(lookup, key_bytes);
+        Py_DECREF(lookup);
+        if (data == NULL) {
+            goto slow_or_error;
+        }
+    }
+    Py_DECREF(key_bytes);
+    key_bytes = NULL;
+    if (data == Py_None) {
+        Py_DECREF(data);
+        return Py_NewRef(dflt);
+    }
+    PyObject *decode = Py_NewRef(PyList_GET_ITEM(self->try_cell, 0));
+    PyObject *value = PyObject_CallOneArg(decode, data);
+    Py_DECREF(decode);
+    Py_DECREF(data);
+    data = NULL;
+    if (value != NULL) {
+        return value;
+    }
+slow_or_error: /* an Exception (or none: serialize() already cleared it) goes slow */
+    if (PyErr_Occurred() && !slow_after_error()) {
+        Py_XDECREF(key_bytes);
+        Py_XDECREF(data);
+        return NULL;
+    }
+slow:
+    Py_XDECREF(key_bytes);
+    Py_XDECREF(data);
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *Getter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *cell, *ser_key, *pending, *lookup_cell, *try_cell, *slow;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Getter takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!O", &PyList_Type, &cell, &ser_key, &PyDict_Type,
+                          &pending, &PyList_Type, &lookup_cell, &PyList_Type, &try_cell, &slow)) {
+        return NULL;
+    }
+    if (PyList_GET_SIZE(cell) != 1 || PyList_GET_SIZE(lookup_cell) != 1
+        || PyList_GET_SIZE(try_cell) != 1) {
+        PyErr_SetString(PyExc_ValueError, "cells must be lists of one element");
+        return NULL;
+    }
+    if ((ser_key != Py_None && !PyCallable_Check(ser_key)) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "ser_key and slow must be callable");
+        return NULL;
+    }
+    Getter *self = (Getter *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->cell = Py_NewRef(cell);
+    self->ser_key = Py_NewRef(ser_key);
+    self->pending = Py_NewRef(pending);
+    self->lookup_cell = Py_NewRef(lookup_cell);
+    self->try_cell = Py_NewRef(try_cell);
+    self->slow = Py_NewRef(slow);
+    self->vectorcall = Getter_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyTypeObject GetterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "statestore.stores._put.Getter",
+    .tp_doc = "A typed store's get in C (see statestore/stores/_put.c).",
+    .tp_basicsize = sizeof(Getter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = Getter_new,
+    .tp_dealloc = (destructor)Getter_dealloc,
+    .tp_traverse = (traverseproc)Getter_traverse,
+    .tp_clear = (inquiry)Getter_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Getter, vectorcall),
 };
 
 /* forget(pending, records): drop from the dict `pending` each (key, value) of `records` (a
@@ -383,21 +573,22 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_put",
-    .m_doc = "The store layer's compiled write path: the typed put, forget, the WriteBatch fill.",
+    .m_doc = "The store layer's compiled hot paths: the typed put and get, forget, the WriteBatch fill.",
     .m_size = -1,
     .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__put(void)
 {
-    if (PyType_Ready(&PutterType) < 0) {
+    if (PyType_Ready(&PutterType) < 0 || PyType_Ready(&GetterType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(m, "Putter", (PyObject *)&PutterType) < 0) {
+    if (PyModule_AddObjectRef(m, "Putter", (PyObject *)&PutterType) < 0
+        || PyModule_AddObjectRef(m, "Getter", (PyObject *)&GetterType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

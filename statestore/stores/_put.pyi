@@ -23,3 +23,18 @@ def forget(
 
 def fill(batch: Any, records: dict[bytes, bytes | None] | list[Any], /) -> None:
     """``batch.put(key, value)`` (``batch.delete(key)`` for ``None``) per record, in key order."""
+
+class Getter:
+    """A typed store's get in C (see ``_put.c``)."""
+
+    def __init__(
+        self,
+        cell: list[bool],
+        ser_key: Callable[[Any], bytes] | None,
+        pending: dict[bytes, bytes | None],
+        lookup_cell: list[Callable[[bytes], bytes | None] | None],
+        try_cell: list[Callable[[bytes], Any]],
+        slow: Callable[..., Any],
+        /,
+    ) -> None: ...
+    def __call__(self, key: Any, default: Any = None, /) -> Any: ...

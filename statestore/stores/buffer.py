@@ -82,6 +82,8 @@ class WriteBuffer:
         self._inner = inner
         self._lookup: Callable[[bytes], bytes | None] | None = inner.lookup
         """RocksDB's own get (errors unmapped; ``None`` once closed)."""
+        self._lookup_cell: list[Callable[[bytes], bytes | None] | None] = [inner.lookup]
+        """``[_lookup]`` for the compiled get (emptied with it: no reference to RocksDB outlives the buffer)."""
         self._read_error = inner.read_error
         self._inner_get_many = inner.get_many
         self._pending: dict[bytes, bytes | None] = {}
@@ -122,6 +124,16 @@ class WriteBuffer:
             except Exception as exc:
                 raise self._read_error(exc, "get") from exc
         return value  # type: ignore[no-any-return]
+
+    def compiled_get_parts(
+        self,
+    ) -> tuple[dict[bytes, bytes | None], list[Callable[[bytes], bytes | None] | None]]:
+        """The pending dict and ``[RocksDB's get]`` (``[None]`` once closed), for the typed store's compiled get.
+
+        The compiled get (``_put.c``) does :meth:`get` with them; on anything but
+        a plain hit or miss it calls the store's Python get, which comes here.
+        """
+        return self._pending, self._lookup_cell
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """The values of ``keys`` in order, uncommitted writes included (read-your-writes).
@@ -315,13 +327,13 @@ class WriteBuffer:
     def close(self, *, flush: bool = True) -> None:
         """Drop the pending writes (with a warning) and close the partition below; idempotent."""
         self._discard()
-        self._lookup = None
+        self._lookup = self._lookup_cell[0] = None
         self._inner.close(flush=flush)
 
     def abandon(self) -> None:
         """Drop the pending writes and abandon the partition below, as a crash would; idempotent."""
         self._discard()
-        self._lookup = None
+        self._lookup = self._lookup_cell[0] = None
         self._inner.abandon()
 
 

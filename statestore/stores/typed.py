@@ -65,7 +65,7 @@ from statestore.stores.bytes_store import BytesStore, prefix_upper_bound
 from statestore.stores.lifecycle import StoreState, move
 from statestore.stores.participant import Committer, Participant
 
-__all__ = ["KeyValueStore", "compiled_put_available"]
+__all__ = ["KeyValueStore", "compiled_get_available", "compiled_put_available"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,34 @@ def _load_putter() -> Callable[..., Callable[[Any, Any], None]] | None:
 _PUTTER: Final = _load_putter()
 
 
+def _load_getter() -> Callable[..., Callable[..., Any]] | None:
+    """The compiled get (``statestore/stores/_put.c``), or ``None`` if it was not built."""
+    try:
+        from statestore.stores._put import Getter  # noqa: PLC0415 - optional
+    except ImportError:
+        return None
+    return Getter
+
+
+_GETTER: Final = _load_getter()
+
+
+def _buffer_get_parts(
+    get: Callable[[bytes], bytes | None],
+) -> tuple[dict[bytes, bytes | None], list[Any]] | None:
+    """The pending dict and lookup cell of the write buffer whose ``get`` ``get`` is, else ``None``.
+
+    Duck-typed on :meth:`WriteBuffer.compiled_get_parts
+    <statestore.stores.buffer.WriteBuffer.compiled_get_parts>` (this layer does not
+    import the buffer): a metered get (``DEBUG``) or a partitioned store has none.
+    """
+    parts = getattr(getattr(get, "__self__", None), "compiled_get_parts", None)
+    if parts is None or getattr(get, "__name__", None) != "get":
+        return None
+    result: tuple[dict[bytes, bytes | None], list[Any]] = parts()
+    return result
+
+
 def _dict_of_setitem(
     put: Callable[[bytes, bytes | None], None],
 ) -> Callable[[bytes, bytes | None], None] | dict[bytes, bytes | None]:
@@ -102,6 +130,11 @@ def _dict_of_setitem(
     if type(owner) is dict and put == owner.__setitem__:
         return owner
     return put
+
+
+def compiled_get_available() -> bool:
+    """Whether the compiled get is built (else every get runs the Python path)."""
+    return _GETTER is not None
 
 
 def compiled_put_available() -> bool:
@@ -240,6 +273,8 @@ class KeyValueStore(Generic[K, V]):
         self._de_key: Callable[[bytes], K] = _fast_deserialize(key_serde)
         self._de_value: Callable[[bytes], V] = _fast_deserialize(value_serde)
         self._try_value: Callable[[bytes], V] = _first_try_deserialize(value_serde)
+        self._try_cell: list[Callable[[bytes], V]] = [self._try_value]
+        """``[_try_value]``, kept by :meth:`_value_after_try`: what the compiled get decodes with."""
         """``get``'s decoder: tried first; on any error :meth:`_value_after_try` decides."""
         self._de_keys = _batch_deserialize(key_serde)
         self._de_values = _batch_deserialize(value_serde)
@@ -261,6 +296,18 @@ class KeyValueStore(Generic[K, V]):
                 self._max_record_bytes,
                 _dict_of_setitem(self._inner_put),
                 types.MethodType(KeyValueStore.put, self),
+            )
+        parts = _buffer_get_parts(self._inner_get)
+        if _GETTER is not None and parts is not None and type(self).get is KeyValueStore.get:
+            # The compiled get: the fast path of get() below (and the write buffer's) in C.
+            pending, lookup_cell = parts
+            self.get = _GETTER(  # type: ignore[method-assign]
+                self._open_cell,
+                None if self._bytes_keys else self._ser_key,
+                pending,
+                lookup_cell,
+                self._try_cell,
+                types.MethodType(KeyValueStore.get, self),
             )
 
     # ------------------------------------------------------------- lifecycle
@@ -393,6 +440,7 @@ class KeyValueStore(Generic[K, V]):
         """
         value = self._value(data)  # DeserializationError if the value is bad
         self._try_value = self._de_value
+        self._try_cell[0] = self._de_value
         return value
 
     def get_many(self, keys: Iterable[K], default: V | None = None) -> list[V | None]:

@@ -354,3 +354,82 @@ def test_the_compiled_put_writes_into_the_buffers_dict_directly() -> None:
         put(b"k", b"1")
     assert pending == {b"k": b"v1"}
     assert calls == [(b"k", b"v1")]
+
+
+# ------------------------------------------------------------------------ the compiled get
+
+
+def test_the_store_get_is_the_compiled_one_and_reads_like_the_python_get(
+    open_manager: OpenManager,
+) -> None:
+    from statestore.stores import _put  # noqa: PLC0415
+
+    assert typed.compiled_get_available()
+    manager = open_manager()
+    store = manager.store("g", key_serde=BytesSerde(), value_serde=MsgpackSerde())
+    assert isinstance(store.get, _put.Getter)
+    python_get = lambda *a: KeyValueStore.get(store, *a)  # noqa: E731
+    store.put(b"pending", [1, 2])
+    store.put(b"committed", {"a": 1})
+    store.commit()
+    store.put(b"committed-then-deleted", 1)
+    store.commit()
+    store.put(b"committed-then-deleted", None)  # a pending tombstone hides the committed value
+    for key, default in [
+        (b"pending", None),
+        (b"committed", None),
+        (b"committed-then-deleted", "gone"),
+        (b"absent", None),
+        (b"absent", 7),
+    ]:
+        assert store.get(key, default) == python_get(key, default)
+    assert store.get(b"committed") == {"a": 1}
+    assert store.get(b"committed-then-deleted", "gone") == "gone"
+    assert store.get(b"absent", 7) == 7
+    assert store.get(key=b"committed") == {"a": 1}  # a keyword call: the Python get
+
+
+def test_the_compiled_get_keeps_the_typed_errors(open_manager: OpenManager) -> None:
+    manager = open_manager()
+    text = manager.store("t")  # str keys, msgpack values
+    text["k"] = 1
+    with pytest.raises(SerializationError):
+        text.get(b"k")  # bytes into a str store: the serde refuses, the Python get raises
+    with pytest.raises(SerializationError):
+        text.get(None)
+    raw = manager.store("b", key_serde=BytesSerde(), value_serde=BytesSerde())
+    with pytest.raises(SerializationError):
+        raw.get("not bytes")
+    manager.close()
+    with pytest.raises(InvalidStateStoreError):
+        text.get("k")  # closed: the Python get's typed error
+    with pytest.raises(InvalidStateStoreError):
+        raw.get(b"k")
+
+
+def test_the_compiled_get_follows_the_decoder_swap(open_manager: OpenManager) -> None:
+    """Values the strict first try refuses (msgpack maps with int keys) make the store switch to
+    the serde's own decoder; the compiled get reads the new one from its cell."""
+    store = open_manager().store("kv")
+    store["ints"] = {1: "int key"}
+    store["strs"] = {"n": 1}
+    store.commit()
+    assert store.get("strs") == {"n": 1}
+    assert store.get("ints") == {1: "int key"}  # first try fails: the Python get, then the swap
+    assert store._try_cell[0] is store._de_value
+    assert store.get("ints") == {1: "int key"}
+    assert store.get("strs") == {"n": 1}
+
+
+def test_no_reference_to_rocksdb_outlives_the_store(open_manager: OpenManager) -> None:
+    """The compiled get reads RocksDB's get from the buffer's cell, emptied at close, so a
+    closed store does not keep the database (and its LOCK) alive: reopening works at once."""
+    manager = open_manager()
+    store = manager.store("kv")
+    store["k"] = 1
+    store.commit()
+    assert store.get("k") == 1
+    manager.close()
+    again = open_manager().store("kv")
+    assert again.get("k") == 1
+    assert store._inner is not None  # the old store object is still alive here
