@@ -190,6 +190,14 @@ def test_forget_drops_exactly_what_was_committed() -> None:
     assert pending == expected == {b"b": b"rewritten", b"e": b"new"}
 
 
+def _engine_of(store: KeyValueStore[Any, Any]) -> Any:
+    """The RocksDB engine under a one-partition store."""
+    part: Any = store._inner
+    while not hasattr(part, "engine"):
+        part = part.inner
+    return part.engine
+
+
 def test_fill_puts_and_deletes_like_the_loop(open_manager: OpenManager) -> None:
     from statestore.stores import engine as engine_module  # noqa: PLC0415
 
@@ -209,11 +217,7 @@ def test_fill_raises_what_the_loop_raises(
 ) -> None:
     from statestore.stores import engine as engine_module  # noqa: PLC0415
 
-    fast, _ = _stores(open_manager)
-    part = fast._inner
-    while not hasattr(part, "engine"):
-        part = part.inner
-    engine = part.engine
+    engine = _engine_of(_stores(open_manager)[0])
     with pytest.raises(Exception) as compiled:
         engine.write([(b"ok", b"v"), ("not bytes", b"v")], 1)
     monkeypatch.setattr(engine_module, "_FILL", None)
@@ -274,11 +278,7 @@ def test_the_sorted_fill_leaves_the_database_the_loop_leaves(
 ) -> None:
     from statestore.stores import engine as engine_module  # noqa: PLC0415
 
-    fast, _ = _stores(open_manager)
-    part = fast._inner
-    while not hasattr(part, "engine"):
-        part = part.inner
-    engine = part.engine
+    engine = _engine_of(_stores(open_manager)[0])
     records: list[tuple[bytes, bytes | None]] = [
         (b"%03d" % (i * 37 % 101), None if i % 5 == 0 else b"v%d" % i) for i in range(300)
     ]
