@@ -36,6 +36,7 @@ opening and closing the database is not measured.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ __all__ = [
     "raw_put_durable",
     "raw_range",
     "raw_restore",
+    "settle",
+    "store_db",
 ]
 
 _QUIX_PREFIX = b"bench"
@@ -88,6 +91,34 @@ def raw_open(path: Path, options: Any | None = None) -> rocksdict.Rdict:
     # column_families={} keeps ``options`` (block cache included) on reopen; see the module
     # docstring.
     return rocksdict.Rdict(str(path), options, column_families={})
+
+
+def settle(*dbs: Any, timeout_s: float = 600.0) -> None:
+    """Wait until no database has a compaction pending or running (at most ``timeout_s``).
+
+    Read benchmarks measure both sides settled: RocksDB compacts a database in the
+    background for a while after it is built or restored (statestore's full restore asks for
+    its level-0 compaction at once), and that CPU is charged to this process, to whichever
+    side happens to run.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        busy = [
+            int(db.property_value("rocksdb.compaction-pending") or 0)
+            + int(db.property_value("rocksdb.num-running-compactions") or 0)
+            for db in dbs
+        ]
+        if not any(busy):
+            return
+        time.sleep(0.5)
+
+
+def store_db(store: Any) -> Any:
+    """The rocksdict database under a one-partition statestore store (for :func:`settle`)."""
+    layer = store._inner
+    while not hasattr(layer, "engine"):
+        layer = layer.inner
+    return layer.engine._db
 
 
 def block_cache_bytes(db: rocksdict.Rdict) -> int:

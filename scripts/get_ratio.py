@@ -22,27 +22,12 @@ import os
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import baselines, store_bench
 from benchmarks._harness import Stopwatch, make_keys, make_values, scratch_dir
 from statestore.stores.bytes_store import prefix_upper_bound
-
-
-def _settle(*dbs: Any, timeout_s: float = 600.0) -> None:
-    """Wait until no database has a compaction pending or running (at most ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        busy = [
-            int(db.property_value("rocksdb.compaction-pending") or 0)
-            + int(db.property_value("rocksdb.num-running-compactions") or 0)
-            for db in dbs
-        ]
-        if not any(busy):
-            return
-        time.sleep(0.5)
 
 
 def main(n: int, reps: int, out_path: str | None) -> None:
@@ -64,7 +49,7 @@ def main(n: int, reps: int, out_path: str | None) -> None:
             # RocksDB compacts both databases in the background for a while after they are
             # built (at 1M keys: 6 L0 files each), and that CPU is charged to this process,
             # to whichever side happens to run: measure once both have settled.
-            _settle(db, store._inner._inner._inner.engine._db)
+            baselines.settle(db, baselines.store_db(store))
 
             def ss_get(ks: list[bytes]) -> None:
                 g = store.get
