@@ -273,9 +273,9 @@ class KeyValueStore(Generic[K, V]):
         self._de_key: Callable[[bytes], K] = _fast_deserialize(key_serde)
         self._de_value: Callable[[bytes], V] = _fast_deserialize(value_serde)
         self._try_value: Callable[[bytes], V] = _first_try_deserialize(value_serde)
+        """``get``'s decoder: tried first; on any error :meth:`_value_after_try` decides."""
         self._try_cell: list[Callable[[bytes], V]] = [self._try_value]
         """``[_try_value]``, kept by :meth:`_value_after_try`: what the compiled get decodes with."""
-        """``get``'s decoder: tried first; on any error :meth:`_value_after_try` decides."""
         self._de_keys = _batch_deserialize(key_serde)
         self._de_values = _batch_deserialize(value_serde)
         self._max_record_bytes = max_record_bytes
