@@ -390,14 +390,7 @@ class Log:
         """
         self._check_open()
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
-        batch = encode_append_batch(
-            records,
-            timestamp_ms=stamp,
-            headers=headers,
-            compression=self._compression,
-            require_keys=self._config.compact,
-        )  # offset and leader epoch patched below (neither is under the CRC)
-        self._check_batch(batch)
+        batch = self._encode(records, stamp, headers)
         with self.lock:
             self._check_open()
             info = self._append_locked(batch, len(records), stamp)
@@ -428,19 +421,8 @@ class Log:
         with self.lock:
             self._check_open()
             self._check_epoch(producer_id, producer_epoch)
-            batch = encode_append_batch(
-                records,
-                timestamp_ms=stamp,
-                headers=headers,
-                compression=self._compression,
-                require_keys=self._config.compact,
-                producer=(
-                    producer_id,
-                    producer_epoch,
-                    self._producers.next_sequence(producer_id, producer_epoch),
-                ),
-            )
-            self._check_batch(batch)
+            sequence = self._producers.next_sequence(producer_id, producer_epoch)
+            batch = self._encode(records, stamp, headers, (producer_id, producer_epoch, sequence))
             info = self._append_locked(batch, len(records), stamp, producer_state=True)
         return self._finish_append(info, defer_flush=defer_flush)
 
@@ -498,10 +480,27 @@ class Log:
             observer(info)
         return info
 
-    def _check_batch(self, batch: bytearray) -> None:
-        # A record without a key in a compacted log: refused by encode_batch (require_keys).
+    def _encode(
+        self,
+        records: Pairs,
+        stamp: int,
+        headers: Sequence[Headers] | None,
+        producer: tuple[int, int, int] | None = None,
+    ) -> bytearray:
+        """One append's batch at base offset 0 (offset and leader epoch patched by the caller:
+        neither is under the CRC).  A record without a key in a compacted log is refused by
+        the encoder (``require_keys``); a batch over ``max_message_bytes`` here."""
+        batch = encode_append_batch(
+            records,
+            timestamp_ms=stamp,
+            headers=headers,
+            compression=self._compression,
+            require_keys=self._config.compact,
+            producer=producer,
+        )
         if len(batch) > self._config.max_message_bytes:
             raise RecordTooLargeError(len(batch), self._config.max_message_bytes)
+        return batch
 
     def _check_epoch(self, producer_id: int, producer_epoch: int) -> None:
         entry = self._producers.entry(producer_id)
