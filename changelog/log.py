@@ -320,6 +320,12 @@ class Log:
         """The I/O error that failed the log (it is then abandoned), or ``None``."""
         return self._failure
 
+    def check_open(self) -> None:
+        """Raise :class:`~changelog.errors.LogFailedError` or :class:`~changelog.errors.LogClosedError`
+        unless the log is open: what work on the log's directory checks before it starts
+        (the cleaner's pass, so that nothing is written beside a closed log)."""
+        self._check_open()
+
     def _check_open(self) -> None:
         if self._failure is not None:
             raise LogFailedError(

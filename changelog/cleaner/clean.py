@@ -183,7 +183,11 @@ def clean_log(
     (``force=True`` ignores only that threshold), or a dirty record must be
     older than ``max_compaction_lag_ms``, or a kept tombstone must have passed
     its delete horizon.  ``now_ms`` defaults to the log's clock.
+
+    A closed or failed log is refused first (:meth:`Log.check_open
+    <changelog.log.Log.check_open>`): nothing is read, nothing written.
     """
+    log.check_open()
     if not log.config.compact:
         return None
     now = _now_ms(log) if now_ms is None else now_ms
@@ -290,6 +294,7 @@ def snapshot(to_clean: LogToClean) -> tuple[PassInput, list[LogSegment], list[So
     first uncleanable offset (the segment objects too, for the swap)."""
     log = to_clean.log
     with log.lock:
+        log.check_open()  # a log closed since it was chosen: write nothing beside it
         segments = list(log.segments)
         chosen: list[LogSegment] = []
         sources: list[SourceSegment] = []

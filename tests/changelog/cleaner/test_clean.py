@@ -19,7 +19,7 @@ from changelog.cleaner.clean import SourceSegment, clean_log, group_segments_by_
 from changelog.cleaner.manager import read_cleaner_checkpoint
 from changelog.cleaner.offset_map import SLOT_BYTES, OffsetMap
 from changelog.config import CleanerConfig, LogConfig
-from changelog.errors import CleanerAbortedError, CorruptRecordError
+from changelog.errors import CleanerAbortedError, CorruptRecordError, LogClosedError
 from changelog.fs import files
 from changelog.log import Log
 from changelog.record.batch import BatchHeader
@@ -613,3 +613,19 @@ def test_crash_after_every_step_leaves_old_or_new(
             clean_log(reopened, force=True)
             assert contents(reopened) == new
     assert outcomes == {False, True}  # some crashes land before the swap, some after
+
+
+@pytest.mark.parametrize("how", ["closed", "abandoned"])
+def test_clean_log_on_a_closed_log_writes_no_file(tmp_path: Path, clock: Clock, how: str) -> None:
+    """A closed (or abandoned) log is refused before the pass reads or writes anything."""
+    log = open_log(tmp_path, clock, segment_bytes=200)
+    append_each(log, [(f"k{n % 3}".encode(), b"v" * 20) for n in range(60)])
+    assert len(log.segments) > 5
+    if how == "closed":
+        log.close()
+    else:
+        log.abandon()  # as an I/O error leaves it: descriptors and the lock released
+    before = sorted(path.name for path in log.dir.iterdir())
+    with pytest.raises(LogClosedError):
+        clean_log(log, force=True)
+    assert sorted(path.name for path in log.dir.iterdir()) == before
