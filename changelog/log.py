@@ -86,7 +86,12 @@ from changelog.group_commit import GroupCommit
 from changelog.isolation import READ_COMMITTED, IsolationLevel, check_isolation, committed_batches
 from changelog.loader import LoadedLog
 from changelog.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
-from changelog.log_reader import located_batches, open_snapshot, records_in_range
+from changelog.log_reader import (
+    LocatedBatch,
+    located_batches,
+    open_snapshot,
+    records_in_range,
+)
 from changelog.log_segments import LogSegments
 from changelog.producer_state import rebuild_producer_state
 from changelog.record.batch import (
@@ -105,7 +110,14 @@ from changelog.replace import prepare_replace, replace_segments
 from changelog.segment.segment import LogSegment
 from changelog.segment.txn_index import AbortedTxn, collect_aborted
 
-__all__ = ["AppendInfo", "Clock", "Log", "parse_topic_partition", "wall_clock_ms"]
+__all__ = [
+    "AppendInfo",
+    "Clock",
+    "LocatedBatch",
+    "Log",
+    "parse_topic_partition",
+    "wall_clock_ms",
+]
 
 Clock = Callable[[], int]
 """A callable returning the current time in milliseconds."""
@@ -684,9 +696,22 @@ class Log:
         for _path, _position, header, data in located:
             yield header, data
 
+    def read_located_batches(
+        self,
+        start_offset: int = 0,
+        *,
+        max_offset: int | None = None,
+        isolation: IsolationLevel = READ_COMMITTED,
+    ) -> Iterator[LocatedBatch]:
+        """:meth:`read_batches` with each batch's ``.log`` file and byte position in it:
+        ``(path, position, header, batch bytes)``.  For readers that decode the records
+        (restore): a batch whose records do not decode is then reported at its file and
+        position, as a CRC failure is."""
+        yield from self._located_batches(start_offset, max_offset, check_isolation(isolation))
+
     def _located_batches(
         self, start_offset: int, max_offset: int | None, isolation: IsolationLevel
-    ) -> Iterator[tuple[Path, int, BatchHeader, bytes]]:
+    ) -> Iterator[LocatedBatch]:
         """:meth:`read_batches` with each batch's file and position (for error messages)."""
         with self.lock:
             self._check_in_range(start_offset)

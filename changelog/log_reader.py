@@ -20,7 +20,7 @@ from changelog.log_segments import LogSegments
 from changelog.record.batch import BatchHeader, Record, decode_records
 from changelog.segment.segment import SegmentReader
 
-__all__ = ["located_batches", "open_snapshot", "records_in_range"]
+__all__ = ["LocatedBatch", "located_batches", "open_snapshot", "records_in_range"]
 
 LocatedBatch = tuple[Path, int, BatchHeader, bytes]
 """``(file, position, header, batch bytes)``: a batch and where it was read (for error messages)."""

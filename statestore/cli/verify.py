@@ -16,7 +16,9 @@ or takes a lock (verify works next to a running service):
    flushed (below the recovery point, or everything after a clean shutdown).
    verify reads every batch of them: a batch that fails its CRC-32C or
    framing is an *error* (the next open succeeds, but reading that batch
-   raises ``CorruptRecordError``), as is an unparsable
+   raises ``CorruptRecordError``), and so is a batch whose CRC checks out but
+   whose records do not decompress or parse (verify decodes every batch, as the
+   store's restore does), as is an unparsable
    ``cleaner-offset-checkpoint`` (the loader does not read it).
 
 verify plans with the changelog settings recorded in the store's metadata
@@ -64,7 +66,7 @@ from changelog.fs.checkpoint import (
 from changelog.fs.files import LOG_SUFFIX, parse_base_offset
 from changelog.load_plan import LoadPlan, PlannedSegment, plan_load
 from changelog.log_dir import parse_topic_partition
-from changelog.record.batch import decode_header
+from changelog.record.batch import decode_header, decode_key_values
 from statestore.cli.errors import UsageError
 from statestore.cli.progress import Progress
 from statestore.cli.statedir import mapped, recorded_log_config
@@ -247,6 +249,19 @@ def _read_segment(
                         )
                     )
                     break
+                undecodable = _undecodable(data, position, header.size_in_bytes, path)
+                if undecodable is not None:
+                    report.problems.append(
+                        Problem(
+                            "error",
+                            path,
+                            position,
+                            f"{undecodable}; its CRC checks out, but the store's restore decodes"
+                            f" every record, so reading offsets from {header.base_offset} on"
+                            " fails (docs/recovery.md lists the remedies)",
+                        )
+                    )
+                    break
                 next_offset = header.next_offset
                 report.batches += 1
                 report.records += header.records_count
@@ -261,6 +276,18 @@ def _read_segment(
             else "vanished while verify ran (the cleaner replaced it); run verify again"
         )
         report.problems.append(Problem(severity, path, None, message))
+
+
+def _undecodable(data: bytes, position: int, size: int, path: Path) -> str | None:
+    """Why the records of the batch at ``position`` do not decode (decompress, then parse,
+    as restore does), or ``None``."""
+    try:
+        decode_key_values(
+            bytes(data[position : position + size]), path=path, position=position, validate=False
+        )
+    except CorruptRecordError as exc:
+        return exc.reason
+    return None
 
 
 def _check_cleaner_checkpoint(directory: Path, report: PartitionReport) -> None:

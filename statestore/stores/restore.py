@@ -73,7 +73,8 @@ from typing import Protocol
 import attrs
 
 from changelog import ChangelogError, Log, LogConfig
-from changelog.record.batch import BatchHeader, decode_key_values, key_value_pairs
+from changelog.log import LocatedBatch
+from changelog.record.batch import decode_key_values, key_value_pairs
 from statestore.config import RestoreMode
 from statestore.errors import AppliedOffsetMismatchError, RestoreError, StoreEngineError
 from statestore.stores.engine import RocksDBEngine
@@ -95,8 +96,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DataBatches = Callable[[int], Iterator[tuple[BatchHeader, bytes]]]
-"""``read(start_offset)``: ``(header, batch bytes)`` of the batches from ``start_offset`` on."""
+DataBatches = Callable[[int], Iterator[LocatedBatch]]
+"""``read(start_offset)``: ``(file, position, header, batch bytes)`` of the batches from
+``start_offset`` on (the file and position name a batch whose records do not decode)."""
 
 
 class StateRestoreListener(Protocol):
@@ -319,7 +321,8 @@ def replay(
     ``batch_records`` records or more, carrying the applied offset at that
     batch's end.  The last WriteBatch sets the applied offset to ``end_offset``
     even when no record is left there (a compacted or empty tail), and the
-    engine is flushed at the end.  ``path`` names the partition in errors.
+    engine is flushed at the end.  ``path`` names the partition in errors; a batch
+    whose records do not decode is named by its ``.log`` file and position.
 
     Measured (issue 18, ``scripts/restore_ratio.py 1000000``, 1M random keys,
     WriteBatches of 10,000): handing the records over in key order instead of
@@ -336,13 +339,13 @@ def replay(
     next_offset = start_offset
     try:
         if start_offset < end_offset:
-            for header, data in read(start_offset):
+            for file, position, header, data in read(start_offset):
                 if header.is_control:
                     continue
                 if header.base_offset < start_offset or header.last_offset >= end_offset:
-                    pairs += _pairs_in_range(data, path, start_offset, end_offset)
+                    pairs += _pairs_in_range(data, file, position, start_offset, end_offset)
                 else:  # the common case: the whole batch
-                    pairs += key_value_pairs(data, path=path, position=-1, validate=False)
+                    pairs += key_value_pairs(data, path=file, position=position, validate=False)
                 next_offset = min(header.next_offset, end_offset)
                 if len(pairs) >= batch_records:
                     _write(engine, pairs, next_offset, store, partition)
@@ -391,12 +394,15 @@ def replay(
 
 
 def _pairs_in_range(
-    data: bytes, path: Path | str, start: int, end: int
+    data: bytes, path: Path, position: int, start: int, end: int
 ) -> list[tuple[bytes | None, bytes | None]]:
-    """The ``(key, value)`` of the records of ``data`` with ``start <= offset < end`` (a batch on a bound)."""
+    """The ``(key, value)`` of the records of ``data`` (at ``position`` of ``path``) with
+    ``start <= offset < end`` (a batch on a bound)."""
     return [
         (key, value)
-        for offset, key, value in decode_key_values(data, path=path, position=-1, validate=False)
+        for offset, key, value in decode_key_values(
+            data, path=path, position=position, validate=False
+        )
         if start <= offset < end
     ]
 
@@ -415,14 +421,15 @@ def _write(
 
 
 def read_data_batches(log: Log) -> DataBatches:
-    """``read(start)`` over ``log``: ``(header, batch bytes)`` of every batch from ``start`` on.
+    """``read(start)`` over ``log``: ``(file, position, header, batch bytes)`` of every batch
+    from ``start`` on.
 
     CRC-checked by the log; the first batch may start before ``start`` (replay
     skips its earlier records).
     """
 
-    def read(start_offset: int) -> Iterator[tuple[BatchHeader, bytes]]:
-        return log.read_batches(start_offset)
+    def read(start_offset: int) -> Iterator[LocatedBatch]:
+        return log.read_located_batches(start_offset)
 
     return read
 
