@@ -201,11 +201,12 @@ def test_close_aborts_a_running_pass(tmp_path: Path, worker: WorkerMode) -> None
             log.append([(b"k%05d" % i, b"v%d" % round_ * 20) for i in range(start, start + 500)])
     log.roll()
     before = log.log_end_offset
-    throttled = CleanerConfig(io_max_bytes_per_second=50_000, backoff_ms=10)
+    # ~640 KB mapped, then read again and copied: a pass of a few seconds at this rate.
+    throttled = CleanerConfig(io_max_bytes_per_second=500_000, backoff_ms=10)
     service = CleanerService([log], throttled, clock=clock, worker=worker)
     service.start()
     wait_until(lambda: service.manager.in_progress(log))
-    time.sleep(0.2)
+    wait_until(lambda: any(log.dir.glob("*.cleaned")))  # into its copy (step 2): mid-pass
     started = time.monotonic()
     service.close()
     assert time.monotonic() - started < 5

@@ -76,7 +76,11 @@ def test_compact_delete_policy_is_accepted(cluster: KafkaBroker) -> None:
     admin = _admin(cluster)
     topic = "topics-compact-delete-changelog"
     _create(admin, topic, 1, **{"cleanup.policy": "compact,delete"})
-    ensure_changelog_topic(admin, topic, partitions=1, config=ChangelogTopicConfig())
+    before = (topic_info(admin, topic), _configs(admin, topic))
+    accepted = ensure_changelog_topic(admin, topic, partitions=1, config=ChangelogTopicConfig())
+    assert accepted == before[0]  # validated as it is: same topic id, one partition
+    assert before[1]["cleanup.policy"] == "compact,delete"
+    assert _configs(admin, topic) == before[1]  # and left unchanged
 
 
 def test_copartitioning_is_checked(cluster: KafkaBroker) -> None:
