@@ -14,12 +14,14 @@ at once for one directory (the lock makes the second one fail).
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 from changelog.config import LogConfig
-from changelog.errors import InvalidConfigError
+from changelog.errors import ChangelogError, InvalidConfigError
 from changelog.fs import files
 from changelog.fs.checkpoint import LOG_START_OFFSET_CHECKPOINT, write_offset_checkpoint
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
@@ -27,8 +29,15 @@ from changelog.fs.lock import DirectoryLock
 from changelog.limits import INT32_MAX
 from changelog.loader import LoadedLog, load_log
 from changelog.log_segments import LogSegments
+from changelog.record.header import HEADER, BatchHeader
+from changelog.record.reader import decode_header
 
-__all__ = ["close_partition_dir", "open_partition_dir", "parse_topic_partition"]
+__all__ = [
+    "close_partition_dir",
+    "open_partition_dir",
+    "parse_topic_partition",
+    "peek_batch_headers",
+]
 
 _TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 _PARTITION: Final = re.compile(r"[0-9]{1,10}")
@@ -82,3 +91,42 @@ def close_partition_dir(
     )  # C3
     segments.delete_expired(everything=True)  # C4
     files.atomic_write(directory / CLEAN_SHUTDOWN_FILE, b"", "close.marker")  # C5
+
+
+def peek_batch_headers(directory: Path) -> Iterator[tuple[Path, int, BatchHeader]]:
+    """``(.log file, position, header)`` of the batches of ``directory``, read-only, unlocked.
+
+    For questions asked before (or instead of) opening a log, such as whether a
+    partition ever held transactional batches: no lock, no recovery, no CRC
+    check (a header is believed as it reads).  Each ``.log`` file (in base offset
+    order) is read up to its first header that does not decode or does not fit
+    (a torn tail, damage: the loader's business); a file that vanishes meanwhile
+    is skipped.  A missing directory has no batches.
+    """
+    try:
+        children = sorted(directory.iterdir())
+    except FileNotFoundError:
+        return
+    for path in children:
+        parsed = files.parse_base_offset(path.name)
+        if parsed is None or parsed[1] != files.LOG_SUFFIX or parsed[2]:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            size = os.fstat(fd).st_size
+            position = 0
+            while position + HEADER.size <= size:
+                raw = os.pread(fd, HEADER.size, position)
+                try:
+                    header = decode_header(
+                        raw, 0, path=path, end=size - position, file_position=position
+                    )
+                except ChangelogError:
+                    break
+                yield path, position, header
+                position += header.size_in_bytes
+        finally:
+            os.close(fd)

@@ -21,6 +21,7 @@ from statestore.errors import (
     StoreMetadataMismatchError,
     TransactionCoordinatorError,
     TransactionLogCorruptError,
+    TransactionStateMissingError,
 )
 from statestore.manager import StateManager
 from statestore.migrate import migrate_store
@@ -65,6 +66,7 @@ __all__ = [
     "TransactionCoordinator",
     "TransactionCoordinatorError",
     "TransactionLogCorruptError",
+    "TransactionStateMissingError",
     "migrate_store",
     "murmur2",
     "partition_for",

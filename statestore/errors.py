@@ -14,6 +14,7 @@
     ├── RestoreError                 the changelog could not be replayed into the store
     │   └── AppliedOffsetMismatchError   RocksDB's applied offset and the changelog disagree
     ├── TransactionLogCorruptError   a record of the coordinator's log does not parse
+    ├── TransactionStateMissingError the coordinator's log is lost beside transactional changelogs
     ├── TransactionCoordinatorError  the coordinator is failed (its log took an I/O error)
     └── StoreMetadataError           the store's metadata file cannot be used as it is
         ├── CorruptStoreMetadataError    unreadable, truncated or failing its checksum
@@ -50,6 +51,7 @@ __all__ = [
     "StoreMetadataMismatchError",
     "TransactionCoordinatorError",
     "TransactionLogCorruptError",
+    "TransactionStateMissingError",
 ]
 
 
@@ -200,6 +202,31 @@ class TransactionLogCorruptError(StateStoreError):
         super().__init__(f"transaction state record at offset {offset} is corrupt: {detail}")
         self.offset = offset
         self.detail = detail
+
+
+class TransactionStateMissingError(StateStoreError):
+    """The coordinator's log (``path``, ``__transaction_state-0``) is missing or holds no
+    record, but ``changelog`` (a partition directory of the same state directory) holds
+    transactional batches: the decisions they depend on are lost.
+
+    A new coordinator would abort every transaction whose COMMIT markers were not
+    durable, acknowledged ones included, so the open is refused and nothing is written
+    (as a missing changelog directory is refused with :class:`StoreLayoutError`).
+    ``position`` is where the first transactional batch was found in ``log_file``.
+    """
+
+    def __init__(self, path: Path, changelog: Path, log_file: Path, position: int) -> None:
+        state = "missing" if not path.exists() else "empty (it holds no record)"
+        super().__init__(
+            f"the transaction coordinator's log {path} is {state}, but {changelog} holds "
+            f"transactional batches ({log_file.name} at position {position}): the decisions "
+            "of its transactions are lost, and opening would abort acknowledged commits; "
+            "restore the directory from a backup (docs/recovery.md); nothing was changed"
+        )
+        self.path = path
+        self.changelog = changelog
+        self.log_file = log_file
+        self.position = position
 
 
 class TransactionCoordinatorError(StateStoreError):

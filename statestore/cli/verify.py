@@ -35,7 +35,10 @@ with retention may then be judged more strictly than its own open judges it.
    directories the file records must all be there and no other: a missing
    ``<store>-changelog-<p>`` directory (deleted by hand, lost) is an *error*,
    exactly as the store's open refuses it (``StoreLayoutError``); it is
-   reported as a partition row of its own.
+   reported as a partition row of its own.  So is a transaction coordinator's
+   log (``__transaction_state-0``) that is missing or holds no record while a
+   changelog holds transactional batches: the open refuses that too
+   (``TransactionStateMissingError``).
 
 ``verify`` exits 1 on errors (and on warnings with ``--strict``).  The JSON
 output carries the open verdict on its own (``open.refused``, ``open.error``,
@@ -73,6 +76,7 @@ from statestore.cli.statedir import mapped, recorded_log_config
 from statestore.errors import CorruptStoreMetadataError
 from statestore.stores.metadata import METADATA_SUFFIX, partitions_on_disk, read_metadata
 from statestore.stores.spec import changelog_dir
+from statestore.txn.coordinator import lost_transaction_state
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -348,6 +352,21 @@ def verify_store_layouts(state_dirs: list[Path]) -> list[PartitionReport]:
     """
     reports: list[PartitionReport] = []
     for state_dir in state_dirs:
+        lost = lost_transaction_state(state_dir)
+        if lost is not None:
+            report = PartitionReport(lost.path)
+            report.problems.append(
+                Problem("error", lost.path, None, f"{lost} (TransactionStateMissingError)")
+            )
+            report.verdict = OpenVerdict(
+                refused=True,
+                error="TransactionStateMissingError",
+                path=lost.path,
+                position=None,
+                steps=(),
+                log_end_offset=None,
+            )
+            reports.append(report)
         for meta_file in sorted(state_dir.glob(f"*{METADATA_SUFFIX}")):
             store = meta_file.name[: -len(METADATA_SUFFIX)]
             try:

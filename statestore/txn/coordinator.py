@@ -43,7 +43,10 @@ commit lock, taken in (store, partition) order:
 **Recovery**, the pass that completes or undoes the protocol (docs/recovery.md
 tells it with the loader's passes):
 
-* at open (:meth:`TransactionCoordinator.open`): O1 open the coordinator's log
+* at open (:meth:`TransactionCoordinator.open`): O0 a coordinator's log that is
+  missing or holds no record beside a changelog holding transactional batches
+  was lost: refused (:func:`lost_transaction_state`), nothing written; O1 open
+  the coordinator's log
   (the changelog loader recovers it) and read its latest record for our
   transactional id; a new state directory draws a random producer id.  O2
   append and fsync an **Empty** record with the epoch bumped (this fences a
@@ -68,6 +71,7 @@ T2    every partition holds its data, durable      R2 writes ABORT markers: none
 T3    the PrepareCommit record is durable          R2 writes COMMIT markers: all visible
 T4    some or all markers (maybe not durable)      R2 writes the missing COMMIT markers
 T5    RocksDB holds some of it (not durable)       restore rebuilds RocksDB from the log
+O0    nothing new                                  O0 again
 O1    nothing new                                  O1 again
 O2    the bumped epoch, same list                  O1 reads it; O2 bumps again
 R1    nothing new                                  R1 again
@@ -136,8 +140,9 @@ from changelog import ChangelogError, Log, LogConfig
 from changelog.group_commit import sync_logs
 from changelog.limits import INT16_MAX
 from changelog.log import wall_clock_ms
+from changelog.log_dir import parse_topic_partition, peek_batch_headers
 from changelog.record.control import ControlRecordType
-from statestore.errors import TransactionCoordinatorError
+from statestore.errors import TransactionCoordinatorError, TransactionStateMissingError
 from statestore.stores.participant import Participant, Records
 from statestore.txn.record import (
     TRANSACTIONAL_ID,
@@ -160,6 +165,7 @@ __all__ = [
     "DecisionObserver",
     "FaultHook",
     "TransactionCoordinator",
+    "lost_transaction_state",
 ]
 
 logger = logging.getLogger(__name__)
@@ -177,7 +183,7 @@ COMMIT_STEPS: Final = ("T1.1", "T1", "T2", "T3", "T4.1", "T4", "T5")
 """The fault hook's names for the commit protocol: ``T1.1`` after the first partition's
 batch, ``T4.1`` after the first marker, the others after the step of that number."""
 
-RECOVERY_STEPS: Final = ("O1", "O2", "R1", "R2.1", "R2", "R3")
+RECOVERY_STEPS: Final = ("O0", "O1", "O2", "R1", "R2.1", "R2", "R3")
 """The fault hook's names for the recovery pass (``R2.1``: after the first marker)."""
 
 FaultHook = Callable[[str], None]
@@ -273,16 +279,27 @@ class TransactionCoordinator:
         clock: Callable[[], int] | None = None,
         fault_hook: FaultHook | None = None,
     ) -> TransactionCoordinator:
-        """Steps O1-O2: open the coordinator's log, read the latest decision, bump the epoch.
+        """Steps O0-O2: check the log was not lost, open it, read the latest decision, bump
+        the epoch.
+
+        A lost log (O0) raises :class:`~statestore.errors.TransactionStateMissingError`
+        before anything is created or written.
 
         A record that does not parse raises
         :class:`~statestore.errors.TransactionLogCorruptError` before anything
         is written (the log is closed again).
         """
         now = clock if clock is not None else wall_clock_ms
-        log = Log.open(state_dir / TRANSACTION_LOG_DIR, config=TRANSACTION_LOG_CONFIG, clock=clock)
+        directory = state_dir / TRANSACTION_LOG_DIR
+        if not any(True for _ in peek_batch_headers(directory)):
+            _refuse_if_lost(state_dir)  # O0, before the open creates anything
+        if fault_hook is not None:
+            fault_hook("O0")
+        log = Log.open(directory, config=TRANSACTION_LOG_CONFIG, clock=clock)
         try:
             latest = _latest_record(log)  # O1
+            if latest is None:
+                _refuse_if_lost(state_dir)  # O0: batches, but no record
             if fault_hook is not None:
                 fault_hook("O1")
             if latest is None or latest.producer_epoch >= _MAX_EPOCH:
@@ -636,3 +653,49 @@ def _latest_record(log: Log) -> TransactionStateRecord | None:
     if latest is None:
         return None
     return decode_value(latest[1], offset=latest[0])
+
+
+def lost_transaction_state(state_dir: Path) -> TransactionStateMissingError | None:
+    """Step O0, read-only: the error the open raises when the coordinator's log is lost.
+
+    The coordinator's log holds a record in every state directory opened once (O2
+    writes it before the first commit, fsynced).  So a log that is missing, or
+    holds no record, beside a changelog partition that holds a transactional
+    batch or a marker, was lost: returns the error naming the first such batch
+    (``statestore verify`` reports it; :meth:`TransactionCoordinator.open`
+    raises it).  ``None`` when the log holds a record or no changelog holds a
+    transaction (a new state directory, or one written by single-partition
+    commits only: nothing there waits for a decision).  Reads batch headers only,
+    without locks, and changes nothing.
+    """
+    directory = state_dir / TRANSACTION_LOG_DIR
+    for _path, _position, header in peek_batch_headers(directory):
+        if header.records_count and not header.is_control:
+            return None
+    return _first_transactional(state_dir)
+
+
+def _refuse_if_lost(state_dir: Path) -> None:
+    error = _first_transactional(state_dir)
+    if error is not None:
+        raise error
+
+
+def _first_transactional(state_dir: Path) -> TransactionStateMissingError | None:
+    """The error naming the first transactional batch of the state directory's changelogs."""
+    directory = state_dir / TRANSACTION_LOG_DIR
+    try:
+        children = sorted(state_dir.iterdir())
+    except FileNotFoundError:
+        return None
+    for child in children:
+        if child.name == TRANSACTION_LOG_DIR or not child.is_dir():
+            continue
+        try:
+            parse_topic_partition(child)
+        except ChangelogError:
+            continue
+        for path, position, header in peek_batch_headers(child):
+            if header.is_transactional or header.is_control:
+                return TransactionStateMissingError(directory, child, path, position)
+    return None
