@@ -332,6 +332,7 @@ def run_worker(
         application_id=app,
         bootstrap_servers=bootstrap,
         input_topics=(INPUT_TOPIC.format(app=app),),
+        output_topics=(output_topic,),
         instance_id=instance,
         commit_interval_ms=commit_interval_ms,
         max_poll_interval_ms=max_poll_interval_ms,

@@ -18,11 +18,21 @@ from statestore.kafka.config import ChangelogTopicConfig, ProcessorConfig
 from statestore.kafka.errors import (
     BrokerRestoreError,
     ChangelogTopicMismatchError,
+    CommitFailedError,
     CoPartitioningError,
     KafkaClientError,
     KafkaStateError,
+    ProcessingError,
+    ProcessorFailedError,
     ProducerFencedError,
     TransactionAbortedError,
+)
+from statestore.kafka.handlers import (
+    ProcessingErrorContext,
+    ProcessingExceptionHandler,
+    ProcessingResponse,
+    log_and_continue,
+    log_and_fail,
 )
 from statestore.kafka.processor import Processor, ProcessorContext, TaskRestored
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
@@ -38,14 +48,20 @@ __all__ = [
     "ChangelogTopicConfig",
     "ChangelogTopicMismatchError",
     "CoPartitioningError",
+    "CommitFailedError",
     "CommitResult",
     "KafkaClientError",
     "KafkaStateError",
     "KafkaStoreSpec",
     "OutputRecord",
+    "ProcessingError",
+    "ProcessingErrorContext",
+    "ProcessingExceptionHandler",
+    "ProcessingResponse",
     "Processor",
     "ProcessorConfig",
     "ProcessorContext",
+    "ProcessorFailedError",
     "ProducerFencedError",
     "TaskRestored",
     "TaskStore",
@@ -54,4 +70,6 @@ __all__ = [
     "changelog_topic_name",
     "check_copartitioned",
     "ensure_changelog_topic",
+    "log_and_continue",
+    "log_and_fail",
 ]

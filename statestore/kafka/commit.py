@@ -6,7 +6,9 @@ process), numbered as the tests crash them:
 1. ``begin_transaction``;
 2. produce one changelog record per buffered key of every store partition
    (a tombstone for a delete) to partition ``p`` of the store's topic, and
-   the buffered outputs;
+   the buffered outputs.  A commit of any size: when librdkafka's local
+   queue is full (``BufferError``) the producer is polled (delivery reports
+   free room) and the record produced again, until the commit's deadline;
 3. ``flush``: every record is acknowledged by the broker (inside the open
    transaction), and its offset known from the delivery report;
 4. ``send_offsets_to_transaction`` with the consumer's *current* group
@@ -69,15 +71,20 @@ class TransactionalProducer(Protocol):
     def begin_transaction(self) -> None:
         """Start a transaction."""
 
-    def produce(
+    def produce(  # noqa: PLR0917 - confluent-kafka's signature
         self,
         topic: str,
         value: bytes | None = None,
         key: bytes | None = None,
         partition: int = -1,
         on_delivery: Callable[[Any, Any], None] | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
     ) -> None:
-        """Queue one record."""
+        """Queue one record (``BufferError`` when the local queue is full)."""
+
+    def poll(self, timeout: float = -1) -> int:
+        """Serve delivery reports (frees room in the local queue); the count served."""
+        ...
 
     def flush(self, timeout: float = -1) -> int:
         """Wait for every delivery report; the count still queued."""
@@ -113,6 +120,8 @@ class OutputRecord:
     value: bytes | None
     partition: int = -1
     """``-1``: Kafka's default partitioner (murmur2, as ``statestore.partition_for``)."""
+    headers: list[tuple[str, bytes]] | None = None
+    """Record headers (name, value), or ``None``."""
 
 
 @attrs.frozen(kw_only=True)
@@ -188,18 +197,44 @@ def commit_tasks(
         if eos:
             producer.begin_transaction()  # 1
             in_transaction = True
+        produce = producer.produce
         for index, entry in enumerate(stores):  # 2
             report = delivered(index)
+            topic = entry.topic
             partition = entry.store.partition
             for key, value in entry.store.pending.items():
-                producer.produce(
-                    entry.topic, value=value, key=key, partition=partition, on_delivery=report
-                )
+                try:
+                    produce(topic, value=value, key=key, partition=partition, on_delivery=report)
+                except BufferError:
+                    _produce_when_room(
+                        producer,
+                        deadline,
+                        topic,
+                        value=value,
+                        key=key,
+                        partition=partition,
+                        on_delivery=report,
+                    )
             changelog_records += len(entry.store.pending)
         for record in outputs:
-            producer.produce(
-                record.topic, value=record.value, key=record.key, partition=record.partition
-            )
+            try:
+                produce(
+                    record.topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=record.partition,
+                    headers=record.headers,
+                )
+            except BufferError:
+                _produce_when_room(
+                    producer,
+                    deadline,
+                    record.topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=record.partition,
+                    headers=record.headers,
+                )
         _check_delivered(producer.flush(left()), delivery_errors, eos=eos, timeout_s=timeout_s)  # 3
         if fault_hook is not None:
             fault_hook("produced")
@@ -227,6 +262,11 @@ def commit_tasks(
         if in_transaction:
             _abort_quietly(producer, left())
         raise TransactionAbortedError("commit", name, reason) from exc
+    except BaseException:  # KeyboardInterrupt, SystemExit: abort, never leave it open
+        _drop(stores)
+        if in_transaction:
+            _abort_quietly(producer, left())
+        raise
     if fault_hook is not None:
         fault_hook("committed")
     now_ms = wall_clock_ms()
@@ -255,6 +295,23 @@ def _check_delivered(
         if eos and _fenced(delivery_errors[0]):
             raise ProducerFencedError("produce", name, reason)
         raise TransactionAbortedError("produce", name, reason)
+
+
+def _produce_when_room(
+    producer: TransactionalProducer, deadline: float, topic: str, **record: Any
+) -> None:
+    """Produce ``record`` once librdkafka's queue has room (backpressure), or raise at ``deadline``."""
+    while True:
+        producer.poll(0.05)  # delivery reports free room in the queue
+        try:
+            producer.produce(topic, **record)
+        except BufferError as exc:
+            if time.monotonic() >= deadline:
+                raise TransactionAbortedError(
+                    "produce", "_QUEUE_FULL", f"the producer queue stayed full: {exc}"
+                ) from exc
+            continue
+        return
 
 
 def _commit_with_retries(producer: TransactionalProducer, deadline: float) -> None:

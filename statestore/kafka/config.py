@@ -146,6 +146,17 @@ class ProcessorConfig:
     (placement derived from the group membership; see :mod:`statestore.kafka.standby`)."""
     standby_refresh_ms: int = attrs.field(default=2000, validator=_at_least(100))
     """How often the group membership is read to place standbys."""
+    output_topics: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, validator=attrs.validators.deep_iterable(_name)
+    )
+    """Topics ``context.send`` writes to, checked to exist at start (the runtime never
+    creates them; a topic missing at commit time fails the commit)."""
+    dead_letter_queue_topic: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_name)
+    )
+    """``errors.deadletterqueue.topic.name`` (KIP-1034): where records skipped by the
+    processing exception handler are written, in the same transaction; the topic must
+    exist (it is checked at start).  ``None``: skipped records are only counted."""
     changelog: ChangelogTopicConfig = attrs.field(factory=ChangelogTopicConfig)
     """Settings of the changelog topics."""
     rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)

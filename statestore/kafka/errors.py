@@ -8,7 +8,10 @@
         ├── CoPartitioningError          input topics (or a changelog) differ in partition count
         ├── KafkaClientError             a broker or client call failed (``kafka_error`` kept)
         │   ├── TransactionAbortedError  the transaction was aborted; buffers dropped, inputs rewound
-        │   └── ProducerFencedError      another producer took our transactional.id (or epoch)
+        │   ├── ProducerFencedError      another producer took our transactional.id (or epoch)
+        │   └── CommitFailedError        commits keep failing: a failure that will not heal
+        ├── ProcessingError              ``process()`` raised and the handler said FAIL
+        ├── ProcessorFailedError         the processor stopped on an earlier error; use refused
         └── BrokerRestoreError           a partition could not be restored from its topic
 
 Every error carries structured fields.  A confluent-kafka ``KafkaException`` is
@@ -25,8 +28,11 @@ __all__ = [
     "BrokerRestoreError",
     "ChangelogTopicMismatchError",
     "CoPartitioningError",
+    "CommitFailedError",
     "KafkaClientError",
     "KafkaStateError",
+    "ProcessingError",
+    "ProcessorFailedError",
     "ProducerFencedError",
     "TransactionAbortedError",
 ]
@@ -100,3 +106,46 @@ class BrokerRestoreError(KafkaStateError):
         self.partition = partition
         self.offset = offset
         self.reason = reason
+
+
+class CommitFailedError(KafkaClientError):
+    """Commits failed in a way that will not heal: the processor stopped.
+
+    ``attempts`` commits in a row failed (or one failed with an error that no
+    retry can fix: authorization, an unknown topic, a fatal producer error);
+    ``code`` and ``reason`` are the last one's.  Nothing of the failed
+    transactions is visible to ``read_committed`` readers and RocksDB holds
+    only what committed before.
+    """
+
+    def __init__(self, operation: str, code: str, reason: str, attempts: int) -> None:
+        super().__init__(operation, code, f"{reason} (after {attempts} attempts)")
+        self.attempts = attempts
+
+
+class ProcessingError(KafkaStateError):
+    """``process()`` raised on the record at ``topic``-``partition``@``offset``.
+
+    The user's exception is the ``__cause__``.  The open transaction of every
+    task was abandoned (buffers dropped, inputs rewound to the committed
+    offsets): nothing of it was committed, and a later :meth:`poll_once`
+    processes the same records again, the failing one included.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, cause: BaseException) -> None:
+        super().__init__(
+            f"process() failed on {topic}-{partition}@{offset}: {type(cause).__name__}: {cause}"
+            " (the transaction was abandoned, inputs rewound to the committed offsets)"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class ProcessorFailedError(KafkaStateError):
+    """The processor stopped on ``error`` earlier; ``operation`` is refused.  Only ``close()`` works."""
+
+    def __init__(self, operation: str, error: BaseException) -> None:
+        super().__init__(f"{operation} refused: the processor stopped on {error!r}")
+        self.operation = operation
+        self.error = error

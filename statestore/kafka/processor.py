@@ -23,6 +23,15 @@ Lifecycle of a task (partition ``p`` of every input topic and of every store):
 * A failed commit drops every buffer and seeks every input back to its last
   committed offset; a fenced producer is replaced by a new one (same
   ``transactional.id``, new epoch) before processing resumes.
+* **An exception in** ``process()`` abandons the open transaction of every
+  task the same way (buffers dropped, inputs rewound: nothing was sent yet,
+  the transaction is produced only at commit time), then the processing
+  exception handler decides (:mod:`statestore.kafka.handlers`): FAIL raises
+  :class:`ProcessingError` from :meth:`Processor.poll_once`; CONTINUE marks
+  the record to be skipped when the replay reaches it.  Any other exception
+  leaving :meth:`Processor.poll_once` abandons the transaction too, and
+  ``__exit__`` or :meth:`Processor.run` leaving on an exception closes
+  without committing (:meth:`Processor.abandon`).
 
 Group protocol: ``group.protocol=consumer`` with ``group.remote.assignor=range``
 (KIP-848, incremental, and co-partitioning: partition ``p`` of every input
@@ -52,7 +61,20 @@ from statestore.kafka.commit import (
     commit_tasks,
 )
 from statestore.kafka.config import ProcessorConfig
-from statestore.kafka.errors import KafkaClientError, ProducerFencedError, TransactionAbortedError
+from statestore.kafka.errors import (
+    KafkaClientError,
+    ProcessingError,
+    ProcessorFailedError,
+    ProducerFencedError,
+    TransactionAbortedError,
+)
+from statestore.kafka.handlers import (
+    ProcessingErrorContext,
+    ProcessingExceptionHandler,
+    ProcessingResponse,
+    dead_letter_headers,
+    log_and_fail,
+)
 from statestore.kafka.restore import (
     applied_meta,
     plan_broker_restore,
@@ -66,7 +88,8 @@ from statestore.kafka.topics import (
     TopicInfo,
     changelog_topic_name,
     check_copartitioned,
-    ensure_changelog_topic,
+    ensure_changelog_topics,
+    partition_counts,
     watermarks,
 )
 from statestore.stores.engine import RocksDBEngine
@@ -104,6 +127,8 @@ class _Task:
         self.stores = stores
         self.positions: dict[str, int] = {}
         self.committed: dict[str, int] = {}
+        self.skip: dict[tuple[str, int], ProcessingErrorContext] = {}
+        """Records the handler said to skip, by (topic, offset), until a commit passes them."""
 
     def close(self) -> None:
         for store in self.stores.values():
@@ -159,6 +184,7 @@ class Processor:
         restore_listener: StateRestoreListener | None = None,
         on_commit: Callable[[CommitResult], None] | None = None,
         on_restored: Callable[[TaskRestored], None] | None = None,
+        processing_exception_handler: ProcessingExceptionHandler = log_and_fail,
         fault_hook: FaultHook | None = None,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
@@ -170,6 +196,7 @@ class Processor:
         self._on_commit = on_commit
         self._on_restored = on_restored
         self._fault_hook = fault_hook
+        self._handler = processing_exception_handler
         self._wall_clock_ms = wall_clock_ms
         self._tasks: dict[int, _Task] = {}
         self._to_restore: dict[int, list[Any]] = {}
@@ -191,6 +218,12 @@ class Processor:
         """Commits that failed and were aborted (or fenced)."""
         self.last_commit_error: KafkaClientError | None = None
         """The error of the last failed commit (``code`` says why: fencing, timeout...)."""
+        self.dropped_records = 0
+        """Records skipped by the processing exception handler (CONTINUE)."""
+        self.processing_errors = 0
+        """Exceptions ``process()`` raised (each abandoned the open transaction)."""
+        self._fatal: BaseException | None = None
+        self._abandoned = False
         self._last_poll = time.monotonic()
 
     # -- setup -------------------------------------------------------------------------
@@ -251,7 +284,12 @@ class Processor:
         return producer
 
     def start(self) -> None:
-        """Check co-partitioning, create or validate the changelog topics, join the group."""
+        """Check every topic, then create the missing changelog topics, then join the group.
+
+        The input topics must be co-partitioned, the output topics and the dead
+        letter topic must exist, existing changelog topics must fit: any of
+        these refuses the start before a topic is created.
+        """
         from confluent_kafka import Consumer  # noqa: PLC0415 - optional dependency
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
@@ -259,11 +297,16 @@ class Processor:
         self._state_dir.mkdir(parents=True, exist_ok=True)
         self._admin = AdminClient(self._client_config())
         self._partitions = check_copartitioned(self._admin, config.input_topics)
-        for name in self._specs:
-            topic = changelog_topic_name(config.application_id, name)
-            self._topics[name] = ensure_changelog_topic(
-                self._admin, topic, partitions=self._partitions, config=config.changelog
-            )
+        sinks = [*config.output_topics]
+        if config.dead_letter_queue_topic is not None:
+            sinks.append(config.dead_letter_queue_topic)
+        if sinks:
+            partition_counts(self._admin, sinks)  # the runtime never creates them
+        names = {name: changelog_topic_name(config.application_id, name) for name in self._specs}
+        infos = ensure_changelog_topics(
+            self._admin, list(names.values()), partitions=self._partitions, config=config.changelog
+        )
+        self._topics = {name: infos[topic] for name, topic in names.items()}
         self._producer = self._new_producer()
         self._restore_consumer = Consumer(
             {
@@ -316,8 +359,11 @@ class Processor:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *_exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abandon()
 
     # -- rebalance callbacks (inside consume()) ------------------------------------------
 
@@ -338,10 +384,14 @@ class Processor:
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         revoked = sorted({tp.partition for tp in partitions})
-        logger.info("revoked %s: committing", revoked)
-        deadline_s = self._config.max_poll_interval_ms / 3000
-        self._commit(timeout_s=deadline_s, swallow=True)
-        self._close_tasks(revoked, caught_up=True)
+        if self._may_commit:
+            logger.info("revoked %s: committing", revoked)
+            deadline_s = self._config.max_poll_interval_ms / 3000
+            self._commit(timeout_s=deadline_s, swallow=True)
+        else:
+            logger.info("revoked %s: not committing (the processor stopped)", revoked)
+            self._rewind_all()
+        self._close_tasks(revoked, caught_up=self._may_commit)
         if self._incremental:
             consumer.incremental_unassign(partitions)
         else:
@@ -508,13 +558,31 @@ class Processor:
     def poll_once(self, timeout_s: float = 0.2) -> int:
         """One turn of the loop: consume, restore new tasks, process, commit when due.
 
-        Returns the number of input records processed.
+        Returns the number of input records processed.  Raises
+        :class:`ProcessingError` when ``process()`` raised and the handler said
+        FAIL; whatever leaves this method, the open transaction of every task
+        was abandoned first (buffers dropped, inputs rewound to the committed
+        offsets), so a caller that catches the error and polls again loses
+        nothing and applies nothing twice.
         """
+        self._check_usable("poll_once")
+        try:
+            return self._poll(timeout_s)
+        except BaseException:
+            self._rewind_all()
+            raise
+
+    def _check_usable(self, operation: str) -> None:
+        if self._fatal is not None:
+            raise ProcessorFailedError(operation, self._fatal)
+
+    def _poll(self, timeout_s: float) -> int:
         messages = self._consumer.consume(self._config.poll_records, timeout=timeout_s)
         self._last_poll = time.monotonic()
         self._restore_pending()
         processed = 0
         context = self._context
+        process = self._process
         for message in messages:
             if message.error() is not None:
                 logger.warning("consume: %s", message.error())
@@ -523,11 +591,19 @@ class Processor:
             if task is None:
                 continue  # revoked or lost within this consume() call
             topic = message.topic()
-            if message.offset() < task.positions.get(topic, 0):
+            offset = message.offset()
+            if offset < task.positions.get(topic, 0):
                 continue  # fetched before a rewind
-            context._task = task
-            self._process(context, message)
-            task.positions[topic] = message.offset() + 1
+            if task.skip and (topic, offset) in task.skip:
+                self._skip(task.skip[(topic, offset)])
+            else:
+                context._task = task
+                try:
+                    process(context, message)
+                except Exception as exc:  # noqa: BLE001 - user code: the handler decides
+                    self._handle_processing_error(task, message, exc)
+                    return processed
+            task.positions[topic] = offset + 1
             processed += 1
         self._processed_since_commit += processed
         if self._standby is not None:
@@ -537,13 +613,55 @@ class Processor:
             self._commit(timeout_s=self._config.transaction_timeout_ms / 1000 * 0.8, swallow=True)
         return processed
 
+    def _handle_processing_error(self, task: _Task, message: Any, exc: Exception) -> None:
+        """Abandon the open transaction of every task, then do what the handler says."""
+        self.processing_errors += 1
+        self._rewind_all()
+        self._processed_since_commit = 0
+        error = ProcessingErrorContext(
+            topic=message.topic(),
+            partition=task.partition,
+            offset=message.offset(),
+            key=message.key(),
+            value=message.value(),
+            exception=exc,
+        )
+        response = self._handler(error)
+        if response is ProcessingResponse.CONTINUE:
+            self.dropped_records += 1
+            task.skip[(error.topic, error.offset)] = error
+            return
+        if response is not ProcessingResponse.FAIL:
+            raise TypeError(f"the processing exception handler returned {response!r}") from exc
+        raise ProcessingError(error.topic, error.partition, error.offset, exc) from exc
+
+    def _skip(self, error: ProcessingErrorContext) -> None:
+        """The replay reached a record the handler skipped: dead-letter it (if configured)."""
+        topic = self._config.dead_letter_queue_topic
+        if topic is not None:
+            self._outputs.append(
+                OutputRecord(
+                    topic=topic,
+                    key=error.key,
+                    value=error.value,
+                    headers=dead_letter_headers(error),
+                )
+            )
+
     def run(self, stop: Callable[[], bool]) -> None:
-        """Loop :meth:`poll_once` until ``stop()`` is true, then :meth:`close`."""
+        """Loop :meth:`poll_once` until ``stop()`` is true, then :meth:`close`.
+
+        An exception (a :class:`ProcessingError` included) ends the loop: the
+        processor is closed without committing (:meth:`abandon`) and the
+        exception raised.
+        """
         try:
             while not stop():
                 self.poll_once()
-        finally:
-            self.close()
+        except BaseException:
+            self.abandon()
+            raise
+        self.close()
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -610,6 +728,12 @@ class Processor:
             return None
         for task in self._tasks.values():
             task.committed = dict(task.positions)
+            if task.skip:
+                task.skip = {
+                    (topic, offset): error
+                    for (topic, offset), error in task.skip.items()
+                    if offset >= task.committed.get(topic, 0)
+                }
         self.commits += 1
         if self._on_commit is not None:
             self._on_commit(result)
@@ -680,15 +804,38 @@ class Processor:
     # -- shutdown --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Commit what is pending, leave the group (revoke commits again) and close every task."""
+        """Commit what is pending, leave the group (revoke commits again) and close every task.
+
+        After an exception left :meth:`poll_once` nothing of the failing
+        transaction is pending any more (it was abandoned); after a fatal
+        error (:class:`ProcessorFailedError`) or :meth:`abandon` nothing is
+        committed at all.
+        """
+        self._close(commit=self._may_commit)
+
+    def abandon(self) -> None:
+        """Close without committing anything: buffers dropped, no offsets sent.
+
+        What ``__exit__`` does when the ``with`` block raised, and what
+        :meth:`run` does when it ends on an exception.  Idempotent.
+        """
+        self._abandoned = True
+        self._rewind_all()
+        self._close(commit=False)
+
+    @property
+    def _may_commit(self) -> bool:
+        return self._fatal is None and not self._abandoned
+
+    def _close(self, *, commit: bool) -> None:
         if self._consumer is not None:
             try:
-                if self._tasks:
+                if self._tasks and commit:
                     self._commit(timeout_s=self._config.transaction_timeout_ms / 1000, swallow=True)
                 self._consumer.close()
             finally:
                 self._consumer = None
-        self._close_tasks(list(self._tasks), caught_up=True)
+        self._close_tasks(list(self._tasks), caught_up=commit)
         if self._standby is not None:
             self._standby.close()
             self._standby = None

@@ -35,6 +35,7 @@ __all__ = [
     "changelog_topic_name",
     "check_copartitioned",
     "ensure_changelog_topic",
+    "ensure_changelog_topics",
     "partition_counts",
     "topic_info",
     "validate_changelog_topic",
@@ -185,6 +186,48 @@ def ensure_changelog_topic(
         error = exc.args[0] if exc.args else None
         if getattr(error, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise _wrap(f"create topic {topic!r}", exc) from exc
+    return _validated(admin, topic, partitions=partitions, config=config, timeout_s=timeout_s)
+
+
+def ensure_changelog_topics(
+    admin: Any,
+    topics: Sequence[str],
+    *,
+    partitions: int,
+    config: ChangelogTopicConfig,
+    timeout_s: float = 60,
+) -> dict[str, TopicInfo]:
+    """Validate every existing topic of ``topics`` first, then create the missing ones.
+
+    A mismatch raises before anything is created: a refused start leaves the
+    broker's topic list unchanged.  (A topic created meanwhile by another
+    instance is validated like an existing one.)
+    """
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except Exception as exc:
+        raise _wrap("list topics", exc) from exc
+    existing = [
+        topic
+        for topic in topics
+        if topic in metadata.topics and metadata.topics[topic].error is None
+    ]
+    infos: dict[str, TopicInfo] = {}
+    for topic in existing:
+        infos[topic] = _validated(
+            admin, topic, partitions=partitions, config=config, timeout_s=timeout_s
+        )
+    for topic in topics:
+        if topic not in infos:
+            infos[topic] = ensure_changelog_topic(
+                admin, topic, partitions=partitions, config=config, timeout_s=timeout_s
+            )
+    return infos
+
+
+def _validated(
+    admin: Any, topic: str, *, partitions: int, config: ChangelogTopicConfig, timeout_s: float
+) -> TopicInfo:
     info = topic_info(admin, topic, timeout_s=timeout_s)
     validate_changelog_topic(
         topic,

@@ -40,9 +40,16 @@ class _Delivered:
 
 
 class FakeProducer:
-    """A transactional producer; ``fail = {step: exception}`` raises at that step once."""
+    """A transactional producer; ``fail = {step: exception}`` raises at that step once.
 
-    def __init__(self) -> None:
+    ``queue_records``: the local queue's capacity; ``produce`` raises ``BufferError``
+    when it is full, and ``poll``/``flush`` deliver (empty it), as librdkafka does.
+    """
+
+    def __init__(self, *, queue_records: int | None = None) -> None:
+        self.queue_records = queue_records
+        self.buffer_errors = 0
+        self.headers: list[Any] = []
         self.calls: list[str] = []
         self.fail: dict[str, BaseException] = {}
         self.log: dict[tuple[str, int], list[tuple[int, bytes | None, bytes | None]]] = {}
@@ -67,8 +74,13 @@ class FakeProducer:
         key: bytes | None = None,
         partition: int = -1,
         on_delivery: Callable[[Any, Any], None] | None = None,
+        headers: Any = None,
     ) -> None:
+        if self.queue_records is not None and len(self._reports) >= self.queue_records:
+            self.buffer_errors += 1
+            raise BufferError("Local: Queue full")
         self._step("produce")
+        self.headers.append(headers)
         part = max(partition, 0)
         offset = self._next.get((topic, part), 0)
         self._next[(topic, part)] = offset + 1
@@ -76,12 +88,20 @@ class FakeProducer:
         self._open.append((topic, part, key, value))
         self._reports.append((on_delivery, _Delivered(topic, part, offset)))
 
-    def flush(self, timeout: float = -1) -> int:
-        self._step("flush")
+    def _deliver(self) -> int:
+        delivered = len(self._reports)
         for report, message in self._reports:
             if report is not None:
                 report(None, message)
         self._reports = []
+        return delivered
+
+    def poll(self, timeout: float = -1) -> int:
+        return self._deliver()
+
+    def flush(self, timeout: float = -1) -> int:
+        self._step("flush")
+        self._deliver()
         return 0
 
     def send_offsets_to_transaction(

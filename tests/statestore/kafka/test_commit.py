@@ -138,3 +138,35 @@ def test_at_least_once_commits_offsets_after_the_flush(store: TaskStore[str, int
     assert producer.calls == ["produce", "produce", "flush"]
     assert committed and committed[0][0].offset == 42
     assert store.get("a") == 1 and store.engine.applied_offset() == 1
+
+
+def test_a_commit_larger_than_the_producer_queue_waits_for_room(
+    store: TaskStore[str, int],
+) -> None:
+    # librdkafka raises BufferError when its local queue is full; the commit polls
+    # (delivery reports free room) and produces again instead of failing.
+    producer = FakeProducer(queue_records=1000)
+    records = 150_000
+    for i in range(records):
+        store.put(f"k{i:06d}", i)
+    result = _commit(producer, store)
+    assert producer.buffer_errors >= records // 1000 - 1, "the queue filled up"
+    assert result.changelog_records == records and result.outputs == 1
+    assert len(producer.log[(TOPIC, 3)]) == records
+    assert store.engine.applied_offset() == records
+    assert store.get("k149999") == 149_999
+
+
+def test_output_headers_are_produced(store: TaskStore[str, int]) -> None:
+    producer = FakeProducer()
+    commit_tasks(
+        producer,
+        guarantee="exactly_once_v2",
+        stores=[],
+        outputs=[OutputRecord(topic="dlq", key=b"k", value=b"v", headers=[("h", b"1")])],
+        offsets=[],
+        group_metadata=lambda: "group-metadata",
+        commit_offsets=lambda tps: None,
+        timeout_s=5,
+    )
+    assert producer.headers == [[("h", b"1")]]
