@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     # changelog: limits, errors, config -> fs -> record -> segment -> log -> cleaner -> public API
     "changelog.limits": 0,
     "changelog.errors": 0,
+    "changelog.native": 0,
     "changelog.config": 1,
     "changelog.fs": 2,
     "changelog.record": 3,

@@ -1,4 +1,5 @@
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 def encode_plain(
     pairs: Sequence[tuple[bytes | None, bytes | None]]
@@ -11,4 +12,19 @@ def encode_plain(
     """``prefix`` zero bytes, then one Kafka v2 record per pair (see ``_records.c``).
 
     ``require_keys``: a ``None`` key raises ``ValueError``.
+    """
+
+def decode(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    count: int,
+    shape: int,
+    base_offset: int = 0,
+    base_timestamp: int = 0,
+    /,
+) -> list[Any]:
+    """``count`` records of ``buf[start:end]`` as tuples of ``shape`` (see ``_records.c``).
+
+    A framing error raises ``ValueError(message, position)``.
     """

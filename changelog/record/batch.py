@@ -11,19 +11,17 @@ Two encoders, two purposes (see ``docs/internals.md``, "Codec contract"):
 headers); :func:`encode_records` is the cleaner's path (each record keeps its
 offset, timestamp and headers; empty batches and the KIP-534 delete horizon).
 
-Fast path: aiokafka's compiled (Cython) codec builds and parses the records
-section several times faster than the pure-Python reference
-(``benchmarks/codec_bench.py``).  It is used only when its extension is the
-implementation actually loaded (:func:`fast_codec_available`); the ``*_py``
-functions are the reference and the fallback, and a Hypothesis test proves
-both give identical bytes and identical records.  The fast encoder builds with
-base offset 0 and patches the base offset and leader epoch afterwards (neither
-is under the CRC), as a broker assigns offsets.
-
-Decoding cost: once the compiled codec has parsed a batch, building frozen
-:class:`Record` objects is most of the remaining per-record cost (about
-0.6 us each); :func:`decode_key_values` returns plain ``(offset, key, value)``
-tuples for restore, about four times faster.
+Fast paths (``changelog/record/_records.c``, loaded through :mod:`changelog.native`):
+our compiled record encoder writes the append path's records, our compiled decoder
+reads every batch (restore, reads, the cleaner); aiokafka's record builder encodes
+what the compiled encoder does not (records with headers, the cleaner's records).
+The ``*_py`` functions are the reference and the fallback (a source install without a
+C compiler, or ``STATESTORE_PURE=1``), and Hypothesis tests prove that every path
+gives identical bytes and identical records.  Encoders build with base offset 0 and
+patch the base offset and leader epoch afterwards (neither is under the CRC), as a
+broker assigns offsets.  :func:`decode_key_values` and :func:`key_value_pairs` return
+plain tuples for restore: no :class:`Record` objects.  Measurements:
+``docs/performance.md``.
 
 After a crash nothing here is trusted without :func:`iter_batches` (or
 :func:`decode_records`) checking the CRC; the indexes are rebuilt from the log.
@@ -34,12 +32,13 @@ Thread-safety: every function is pure and thread-safe; :class:`Record` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from changelog.errors import CorruptRecordError, InvalidRecordError
 from changelog.limits import INT32_MAX, INT64_MAX, NO_TIMESTAMP
+from changelog.native import PURE, compiled
 from changelog.record.args import (
     bad_pair,
     check_encode_records_args,
@@ -97,6 +96,7 @@ __all__ = [
     "Pairs",
     "Record",
     "batch_extents",
+    "compiled_decoder_available",
     "compiled_encoder_available",
     "declared_size",
     "decode_header",
@@ -127,19 +127,20 @@ Pairs = (
 """What :func:`encode_batch` takes: ``(key, value)`` pairs, or a mapping (one record per entry)."""
 
 
-def _load_fast_codec() -> tuple[Any, Any, tuple[type[BaseException], ...]] | None:
-    """aiokafka's compiled batch reader/builder, or ``None`` if only pure Python is there."""
+def _load_fast_codec() -> Any:
+    """aiokafka's record batch builder (its public ``aiokafka.record.default_records``), or
+    ``None`` under ``STATESTORE_PURE`` (:mod:`changelog.native`) or without aiokafka.
+
+    The encoders' path for what our compiled encoder does not write: records with
+    headers, and the cleaner's records that keep their own offsets and timestamps.
+    """
+    if PURE:
+        return None
     try:
-        from aiokafka.errors import CorruptRecordException  # noqa: PLC0415 - optional
         from aiokafka.record import default_records  # noqa: PLC0415 - optional
     except ImportError:
         return None
-    reader = default_records.DefaultRecordBatch
-    builder = default_records.DefaultRecordBatchBuilder
-    compiled = "aiokafka.record._crecords."
-    if not (reader.__module__.startswith(compiled) and builder.__module__.startswith(compiled)):
-        return None  # AIOKAFKA_NO_EXTENSIONS or no wheel: its Python code is no faster than ours
-    return reader, builder, (CorruptRecordException, ValueError, IndexError, TypeError)
+    return default_records.DefaultRecordBatchBuilder
 
 
 _FAST: Final = _load_fast_codec()
@@ -147,14 +148,35 @@ _FAST: Final = _load_fast_codec()
 
 def _load_record_encoder() -> Callable[[Pairs, int, bool], bytearray] | None:
     """Our compiled record encoder (``changelog/record/_records.c``), or ``None`` if it was not built."""
-    try:
-        from changelog.record._records import encode_plain  # noqa: PLC0415 - optional
-    except ImportError:
-        return None
-    return encode_plain
+    return compiled("changelog.record._records", "encode_plain")  # type: ignore[no-any-return]
 
 
 _ENCODE_PLAIN: Final = _load_record_encoder()
+
+_DECODE: Final[Callable[..., list[Any]] | None] = compiled("changelog.record._records", "decode")
+"""Our compiled record decoder (``_records.c``: ``decode``), or ``None`` (pure Python then)."""
+
+_PAIRS, _TRIPLES, _FULL = 0, 1, 2  # the tuple shapes ``decode`` returns
+
+
+def _decode(
+    batch: Buffer, header: BatchHeader, shape: int, path: Path | str, position: int
+) -> list[Any]:
+    """The records of an uncompressed ``batch`` through the compiled decoder, as ``shape`` tuples."""
+    assert _DECODE is not None
+    try:
+        return _DECODE(
+            batch,
+            BATCH_HEADER_SIZE,
+            len(batch),
+            header.records_count,
+            shape,
+            header.base_offset,
+            header.base_timestamp,
+        )
+    except ValueError as exc:
+        message, at = exc.args
+        raise CorruptRecordError(path, position + at, f"malformed record: {message}") from exc
 
 
 def compiled_encoder_available() -> bool:
@@ -162,8 +184,13 @@ def compiled_encoder_available() -> bool:
     return _ENCODE_PLAIN is not None
 
 
+def compiled_decoder_available() -> bool:
+    """Whether the compiled record decoder is built (else reads run the pure-Python reference)."""
+    return _DECODE is not None
+
+
 def fast_codec_available() -> bool:
-    """Whether aiokafka's compiled codec is loaded (else the pure-Python reference runs)."""
+    """Whether aiokafka's batch builder is loaded (else those encoders run the pure-Python reference)."""
     return _FAST is not None
 
 
@@ -234,7 +261,7 @@ def encode_batch(
     check_producer_state(
         producer_id, producer_epoch, base_sequence, is_transactional=is_transactional
     )
-    builder = _FAST[1](
+    builder = _FAST(
         MAGIC, 0, int(is_transactional), producer_id, producer_epoch, base_sequence, INT32_MAX
     )
     append = builder.append
@@ -516,7 +543,7 @@ def encode_records(
             timestamp_type=timestamp_type,
             compression=compression,
         )
-    builder = _FAST[1](
+    builder = _FAST(
         MAGIC,
         0,
         int(is_transactional),
@@ -770,15 +797,6 @@ def decode_records_py(
     )
 
 
-def _fast_reader(batch: Buffer, path: Path | str, position: int) -> Iterator[Any]:
-    assert _FAST is not None
-    reader, _builder, errors = _FAST
-    try:
-        yield from reader(bytes(batch))
-    except errors as exc:
-        raise CorruptRecordError(path, position, f"malformed records: {exc}") from exc
-
-
 def decode_records(
     batch: Buffer,
     *,
@@ -797,18 +815,13 @@ def decode_records(
     With LogAppendTime every record carries the batch's max timestamp.
     """
     header, batch = _plain(batch, path, position, validate)
-    if _FAST is None:
+    if _DECODE is None:
         return decode_records_py(batch, path=path, position=position, validate=False)
+    full = _decode(batch, header, _FULL, path, position)
     if header.timestamp_type == LOG_APPEND_TIME:
         stamp = header.max_timestamp
-        return [
-            Record(r.offset, stamp, r.key, r.value, tuple(r.headers))
-            for r in _fast_reader(batch, path, position)
-        ]
-    return [
-        Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
-        for r in _fast_reader(batch, path, position)
-    ]
+        return [Record(offset, stamp, k, v, h) for offset, _ts, k, v, h in full]
+    return [Record(*fields) for fields in full]
 
 
 def decode_key_values(
@@ -821,10 +834,10 @@ def decode_key_values(
     """Like :func:`decode_records` but only ``(offset, key, value)`` tuples: the restore path.
 
     Skips building :class:`Record` objects, which is most of the per-record
-    cost once the compiled codec has done the parsing.
+    cost once the compiled decoder has done the parsing.
     """
     header, batch = _plain(batch, path, position, validate)
-    if _FAST is None:
+    if _DECODE is None:
         return decode_body(
             batch,
             BATCH_HEADER_SIZE,
@@ -837,7 +850,7 @@ def decode_key_values(
             path=path,
             file_position=position,
         )
-    return [(r.offset, r.key, r.value) for r in _fast_reader(batch, path, position)]
+    return _decode(batch, header, _TRIPLES, path, position)
 
 
 def key_value_pairs(
@@ -852,12 +865,12 @@ def key_value_pairs(
     Like :func:`decode_key_values` without the offsets: the list restore hands to
     the engine's key-ordered ``WriteBatch`` fill.  Errors as :func:`decode_key_values`.
     """
-    if _FAST is None:
+    if _DECODE is None:
         return [
             (key, value)
             for _offset, key, value in decode_key_values(
                 batch, path=path, position=position, validate=validate
             )
         ]
-    _header, batch = _plain(batch, path, position, validate)
-    return [(r.key, r.value) for r in _fast_reader(batch, path, position)]
+    header, batch = _plain(batch, path, position, validate)
+    return _decode(batch, header, _PAIRS, path, position)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from changelog import AppendInfo, Log
+from changelog.native import compiled
 from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, StoreEngineError
 from statestore.stores.change_logging import ChangeLoggingStore
@@ -60,11 +61,7 @@ def _load_forget() -> (
     Callable[[dict[bytes, bytes | None], list[Any] | dict[Any, Any]], None] | None
 ):
     """The compiled forget (``statestore/stores/_put.c``), or ``None`` if it was not built."""
-    try:
-        from statestore.stores._put import forget  # noqa: PLC0415 - optional
-    except ImportError:
-        return None
-    return forget
+    return compiled("statestore.stores._put", "forget")  # type: ignore[no-any-return]
 
 
 _FORGET: Final = _load_forget()

@@ -53,6 +53,7 @@ from typing import Any, Final
 
 import rocksdict
 
+from changelog.native import compiled
 from statestore.config import RocksDBConfig
 from statestore.errors import InvalidStateStoreError, StateStoreError, StoreEngineError
 
@@ -67,11 +68,7 @@ __all__ = [
 
 def _load_fill() -> Callable[[Any, list[Any] | dict[Any, Any]], None] | None:
     """The compiled WriteBatch fill (``statestore/stores/_put.c``), or ``None`` if not built."""
-    try:
-        from statestore.stores._put import fill  # noqa: PLC0415 - optional
-    except ImportError:
-        return None
-    return fill
+    return compiled("statestore.stores._put", "fill")  # type: ignore[no-any-return]
 
 
 _FILL: Final = _load_fill()

@@ -51,6 +51,7 @@ from operator import itemgetter
 from typing import Any, Final, Generic, TypeVar
 
 from changelog import Log
+from changelog.native import compiled
 from statestore.errors import (
     CommitFailedError,
     DeserializationError,
@@ -80,11 +81,7 @@ _OPEN: Final = StoreState.OPEN
 
 def _load_putter() -> Callable[..., Callable[[Any, Any], None]] | None:
     """The compiled put (``statestore/stores/_put.c``), or ``None`` if it was not built."""
-    try:
-        from statestore.stores._put import Putter  # noqa: PLC0415 - optional
-    except ImportError:
-        return None
-    return Putter
+    return compiled("statestore.stores._put", "Putter")  # type: ignore[no-any-return]
 
 
 _PUTTER: Final = _load_putter()
@@ -92,11 +89,7 @@ _PUTTER: Final = _load_putter()
 
 def _load_getter() -> Callable[..., Callable[..., Any]] | None:
     """The compiled get (``statestore/stores/_put.c``), or ``None`` if it was not built."""
-    try:
-        from statestore.stores._put import Getter  # noqa: PLC0415 - optional
-    except ImportError:
-        return None
-    return Getter
+    return compiled("statestore.stores._put", "Getter")  # type: ignore[no-any-return]
 
 
 _GETTER: Final = _load_getter()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from changelog import native
 from changelog.config import LogConfig
 from statestore.errors import InvalidStateStoreError, RecordTooLargeForLogError, SerializationError
 from statestore.serdes import BytesSerde, MsgpackSerde, StringSerde
@@ -23,9 +24,10 @@ from tests.statestore.conftest import OpenManager
 from tests.statestore.helpers import changelog_entries
 
 
-def test_the_compiled_put_is_built() -> None:
-    """CI builds it (a C compiler is there); without it a put pays one Python frame more."""
-    assert typed.compiled_put_available()
+def test_the_compiled_put_is_built_unless_pure() -> None:
+    """CI builds it (a C compiler is there); without it a put pays one Python frame more.
+    Under ``STATESTORE_PURE=1`` it must not be in use."""
+    assert typed.compiled_put_available() is not native.PURE
 
 
 def _stores(open_manager: OpenManager) -> tuple[Any, Any]:
@@ -35,6 +37,7 @@ def _stores(open_manager: OpenManager) -> tuple[Any, Any]:
     return fast, text
 
 
+@pytest.mark.compiled
 def test_the_store_put_is_the_compiled_one(open_manager: OpenManager) -> None:
     fast, text = _stores(open_manager)
     assert type(fast.put).__name__ == "Putter"
@@ -124,6 +127,7 @@ class _Interrupting:
         return data
 
 
+@pytest.mark.compiled
 def test_a_base_exception_of_the_serde_propagates_as_is(open_manager: OpenManager) -> None:
     manager = open_manager()
     store = manager.store("kv", key_serde=BytesSerde(), value_serde=_Interrupting())
@@ -202,6 +206,7 @@ def _engine_of(store: KeyValueStore[Any, Any]) -> Any:
     return part.engine
 
 
+@pytest.mark.compiled
 def test_fill_puts_and_deletes_like_the_loop(open_manager: OpenManager) -> None:
     from statestore.stores import engine as engine_module  # noqa: PLC0415
 
@@ -363,6 +368,7 @@ def test_the_compiled_put_writes_into_the_buffers_dict_directly() -> None:
 # ------------------------------------------------------------------------ the compiled get
 
 
+@pytest.mark.compiled
 def test_the_store_get_is_the_compiled_one_and_reads_like_the_python_get(
     open_manager: OpenManager,
 ) -> None:

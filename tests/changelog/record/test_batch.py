@@ -10,11 +10,11 @@ from pathlib import Path
 
 import crc32c
 import pytest
-from aiokafka.record import default_records
 from aiokafka.record.default_records import _DefaultRecordBatchPy
 from hypothesis import given
 from hypothesis import strategies as st
 
+from changelog import native
 from changelog.errors import CorruptRecordError, InvalidRecordError, UnsupportedFormatError
 from changelog.limits import NO_TIMESTAMP
 from changelog.record import batch as rb
@@ -176,17 +176,21 @@ def test_varint_zigzag_vectors() -> None:
 # --------------------------------------------------------------------------- the fast path
 
 
-def test_compiled_codec_is_the_one_in_use() -> None:
-    """The package depends on aiokafka's compiled codec; make sure it, not its Python, runs."""
-    assert rb.fast_codec_available()
-    assert default_records.DefaultRecordBatch.__module__.startswith("aiokafka.record._crecords")
+def test_the_fast_codec_is_in_use_unless_pure() -> None:
+    assert rb.fast_codec_available() is not native.PURE
+
+
+def test_the_compiled_decoder_is_built_unless_pure() -> None:
+    assert rb.compiled_decoder_available() is not native.PURE
 
 
 @pytest.fixture
 def pure_python_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run the public functions as if aiokafka's extension were missing."""
+    """Run the public functions as if neither our decoder nor aiokafka's builder were there."""
     monkeypatch.setattr(rb, "_FAST", None)
+    monkeypatch.setattr(rb, "_DECODE", None)
     assert not rb.fast_codec_available()
+    assert not rb.compiled_decoder_available()
 
 
 @pytest.mark.usefixtures("pure_python_only")

@@ -39,9 +39,9 @@ def test_a_compressed_batch_is_decompressed_first(codec: int) -> None:
     assert _pairs(batch) == PAIRS
 
 
-def test_the_same_pairs_without_the_compiled_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_same_pairs_without_the_compiled_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
     batch = encode_batch(7, PAIRS, timestamp_ms=TS)
-    monkeypatch.setattr(rb, "_FAST", None)
+    monkeypatch.setattr(rb, "_DECODE", None)
     assert _pairs(batch) == PAIRS
 
 
@@ -50,7 +50,7 @@ def test_a_corrupt_batch_names_its_place(compiled: bool, monkeypatch: pytest.Mon
     batch = bytearray(encode_batch(0, PAIRS, timestamp_ms=TS))
     batch[-3] ^= 0xFF
     if not compiled:
-        monkeypatch.setattr(rb, "_FAST", None)
+        monkeypatch.setattr(rb, "_DECODE", None)
     with pytest.raises(CorruptRecordError) as info:
         _pairs(bytes(batch))
     assert info.value.path == PATH
