@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from changelog.errors import CorruptDataError
 from changelog.log_segments import LogSegments
 from changelog.record.batch import BatchHeader, Record, decode_records
 from changelog.segment.segment import SegmentReader
@@ -52,15 +53,22 @@ def located_batches(
 ) -> Iterator[LocatedBatch]:
     """Every CRC-checked batch holding offsets ``>= start_offset``, stopping before the first
     whose base offset is ``>= max_offset``; closes ``readers`` when done."""
+    next_offset = start_offset
     try:
         for index, reader in enumerate(readers):
             upper = readers[index + 1].base_offset if index + 1 < len(readers) else None
             start = start_position if index == 0 else 0
+            next_offset = max(next_offset, reader.base_offset)
             for position, header, data in reader.batches(start, upper_bound=upper):
                 if max_offset is not None and header.base_offset >= max_offset:
                     return
+                next_offset = header.next_offset
                 if header.last_offset >= start_offset:
                     yield reader.path, position, header, data
+    except CorruptDataError as exc:
+        if exc.offset is None:  # the first offset the damage affects, as verify names it
+            exc.offset = next_offset
+        raise
     finally:
         for reader in readers:
             reader.close()

@@ -81,6 +81,7 @@ from changelog.repair.scan import (
 
 __all__ = [
     "KeyChange",
+    "RemovedTransaction",
     "TruncationPlan",
     "apply_truncation",
     "plan_torn_tail_drop",
@@ -111,6 +112,26 @@ class KeyChange:
 
 
 @attrs.frozen(kw_only=True)
+class RemovedTransaction:
+    """A transaction whose data in this partition the truncation removes.
+
+    A transactional batch is only written by a commit over two or more
+    partitions (a one-partition commit is a plain batch), so removing a
+    committed one here splits it: the other partitions keep theirs.  Which
+    partitions those are is not in this directory (the state directory's
+    coordinator log may still say: ``statestore repair truncate`` looks).
+    """
+
+    producer_id: int
+    producer_epoch: int
+    first_offset: int
+    """The first offset of its data here."""
+    marker_offset: int | None
+    """Its COMMIT marker's offset (removed too); ``None``: undecided here (no marker)."""
+    records: int
+
+
+@attrs.frozen(kw_only=True)
 class TruncationPlan:
     """Everything a truncation removes and changes; made by :func:`plan_truncation`, read-only."""
 
@@ -136,6 +157,8 @@ class TruncationPlan:
     damage: tuple[Damage, ...]
     """Damaged ranges in the removed part (their records cannot be listed)."""
     key_changes: tuple[KeyChange, ...]
+    transactions: tuple[RemovedTransaction, ...]
+    """Committed (and undecided) transactions whose data here is removed, in log order."""
     had_clean_shutdown: bool
     recovery_point_before: int | None
     recovery_point_after: int
@@ -303,6 +326,7 @@ def plan_truncation(directory: Path, offset: int) -> TruncationPlan:
         )
     below_ids = {id(batch) for batches in committer.pending.values() for batch in batches}
     removed = _Removed()
+    transactions: list[RemovedTransaction] = []
 
     def remove(item: Batch | Damage) -> None:
         if isinstance(item, Damage):
@@ -326,11 +350,23 @@ def plan_truncation(directory: Path, offset: int) -> TruncationPlan:
                     f" transaction) or at {header.next_offset} (keeps it)",
                     offset=first,
                 )
-        for decided, counts in committer.feed(item):
+        decisions = committer.feed(item)
+        for decided, counts in decisions:
             if counts:
                 removed.records += _apply_keys(removed.state, decided)
             else:
                 removed.aborted += decided.header.records_count
+        if header.is_control and decisions and decisions[0][1]:
+            head = decisions[0][0].header
+            transactions.append(
+                RemovedTransaction(
+                    producer_id=head.producer_id,
+                    producer_epoch=head.producer_epoch,
+                    first_offset=head.base_offset,
+                    marker_offset=header.base_offset,
+                    records=sum(d.header.records_count for d, _c in decisions),
+                )
+            )
 
     for item in removed_items:
         remove(item)
@@ -343,6 +379,19 @@ def plan_truncation(directory: Path, offset: int) -> TruncationPlan:
         for batch in batches
         if id(batch) not in below_ids
     )
+    for batches in committer.pending.values():
+        above_cut = [batch for batch in batches if id(batch) not in below_ids]
+        if above_cut:
+            head = above_cut[0].header
+            transactions.append(
+                RemovedTransaction(
+                    producer_id=head.producer_id,
+                    producer_epoch=head.producer_epoch,
+                    first_offset=head.base_offset,
+                    marker_offset=None,
+                    records=sum(batch.header.records_count for batch in above_cut),
+                )
+            )
     changes = tuple(
         KeyChange(
             key,
@@ -384,6 +433,7 @@ def plan_truncation(directory: Path, offset: int) -> TruncationPlan:
         last_removed_offset=removed.last,
         damage=tuple(removed.damage),
         key_changes=changes,
+        transactions=tuple(sorted(transactions, key=lambda t: t.first_offset)),
         had_clean_shutdown=(directory / files.CLEAN_SHUTDOWN_FILE).exists(),
         recovery_point_before=rp_before,
         recovery_point_after=rp_after,

@@ -227,16 +227,9 @@ def _report_doc(report: PartitionReport) -> dict[str, Any]:
             "position": report.verdict.position,
             "steps": list(report.verdict.steps),
             "log_end_offset": report.verdict.log_end_offset,
+            "offset": report.verdict.offset,
         },
-        "problems": [
-            {
-                "severity": p.severity,
-                "path": str(p.path),
-                "position": p.position,
-                "message": p.message,
-            }
-            for p in report.problems
-        ],
+        "problems": [p.doc() for p in report.problems],
     }
 
 

@@ -12,110 +12,33 @@ or the remedy ran and verify says OK; 1 when the remedy refuses
 (:class:`~changelog.errors.RepairRefusedError`, a lock held) or verify still
 finds errors afterwards; 2 for a usage error.
 
-Subcommands: ``truncate``, ``drop-torn-tail`` (:mod:`changelog.repair.truncate`),
-``rebuild-indexes`` (:mod:`changelog.repair.indexes`), ``rebuild-rocksdb``
+Subcommands: ``salvage`` (:mod:`statestore.cli.salvage`), ``truncate``,
+``drop-torn-tail`` (:mod:`changelog.repair.truncate`), ``rebuild-indexes``
+(:mod:`changelog.repair.indexes`), ``rebuild-checkpoints``
+(:mod:`statestore.cli.rebuild_checkpoints`), ``rebuild-rocksdb``
 (:mod:`statestore.cli.rebuild_rocksdb`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
-import re
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import Any, Final, TextIO
 
-from statestore.cli.errors import UsageError, non_negative
+from statestore.cli.errors import non_negative
 from statestore.cli.output import VALUE_FORMATS, decode_for_display, format_table, write_json
+from statestore.cli.remedy import partition_arg, partition_locks, recorded_log_config, state_dir_of
 from statestore.cli.reverify import reverify
-from statestore.cli.statedir import is_partition_dir, lock_holder
-
-if TYPE_CHECKING:
-    from changelog.config import LogConfig
 
 __all__ = [
     "add_repair_parser",
     "cmd_drop_torn_tail",
     "cmd_rebuild_indexes",
     "cmd_truncate",
-    "partition_locks",
-    "recorded_log_config",
 ]
 
-_CHANGELOG_DIR: Final = re.compile(r"^.+-changelog-\d+$")
 _DRY_RUN: Final = "dry run: nothing was changed; run again with --apply to do it"
-
-
-def _partition_arg(path: Path) -> Path:
-    if not path.exists():
-        raise UsageError(f"{path}: no such directory")
-    if not is_partition_dir(path):
-        raise UsageError(f"{path}: not a changelog partition directory (no <offset>.log files)")
-    return path
-
-
-def state_dir_of(partition: Path) -> Path | None:
-    """The state directory a ``<store>-changelog-<p>`` partition belongs to (one with a ``.lock``)."""
-    parent = partition.resolve().parent
-    if _CHANGELOG_DIR.match(partition.resolve().name) and (parent / ".lock").exists():
-        return parent
-    return None
-
-
-def recorded_log_config(partition: Path) -> tuple[LogConfig, str]:
-    """The ``LogConfig`` the partition's store recorded, and where it was read from.
-
-    A ``<store>-changelog-<p>`` directory of a state directory takes the
-    ``log_config`` of ``<store>.metadata.json`` (docs/operations.md, "Store
-    metadata"), so a remedy's reopen (K7, X2) and its rebuilt indexes use the
-    log's own settings (``index_interval_bytes``: the index density); any other
-    partition directory, or a store without the file (round 1), gets
-    ``LogConfig``'s defaults.  A damaged file raises
-    :class:`~statestore.errors.CorruptStoreMetadataError`.
-    """
-    from changelog.config import LogConfig  # noqa: PLC0415
-    from statestore.stores.metadata import metadata_path, read_metadata  # noqa: PLC0415
-
-    state_dir = state_dir_of(partition)
-    if state_dir is not None:
-        store = partition.resolve().name.rsplit("-changelog-", 1)[0]
-        meta = read_metadata(state_dir, store)
-        if meta is not None:
-            return meta.log_config, str(metadata_path(partition.parent, store))  # as given
-    return LogConfig(), "LogConfig's defaults (no store metadata file)"
-
-
-@contextlib.contextmanager
-def partition_locks(partition: Path, *, apply: bool, out: TextIO) -> Iterator[None]:
-    """Hold the state directory's lock for the block (``apply``); else only warn if it is held.
-
-    A held lock makes ``--apply`` fail with :class:`~changelog.errors.LogLockedError`
-    (exit 1, nothing changed); the partition's own lock is taken by the remedy.
-    """
-    from changelog.errors import LogLockedError  # noqa: PLC0415
-    from changelog.fs.lock import LOCK_FILE_NAME, DirectoryLock  # noqa: PLC0415
-
-    state_dir = state_dir_of(partition)
-    holders = [
-        (d, lock_holder(d)) for d in (state_dir, partition) if d is not None and lock_holder(d)
-    ]
-    if not apply:
-        for directory, holder in holders:
-            out.write(
-                f"note: {directory} is locked by {holder}: --apply will refuse until it stops\n"
-            )
-        yield
-        return
-    if holders:
-        directory, holder = holders[0]
-        raise LogLockedError(directory / LOCK_FILE_NAME, holder)
-    if state_dir is None:
-        yield
-        return
-    with DirectoryLock(state_dir):
-        yield
 
 
 # --------------------------------------------------------------------------- truncate, drop-torn-tail
@@ -172,8 +95,69 @@ def _truncation_doc(plan: Any, key_format: str) -> dict[str, Any]:
             }
             for c in plan.key_changes
         ],
+        "transactions": _transactions_doc(plan),
         "steps": plan.steps(),
     }
+
+
+def _transactions_doc(plan: Any) -> list[dict[str, Any]]:
+    """The removed transactions with their participants (from the coordinator's log)."""
+    from statestore.cli.participants import read_coordinator_log  # noqa: PLC0415
+    from statestore.cli.salvage import participants_doc, transaction_participants  # noqa: PLC0415
+
+    if not plan.transactions:
+        return []
+    state_dir = None if state_dir_of(plan.directory) is None else plan.directory.parent
+    coordinator = None if state_dir is None else read_coordinator_log(state_dir)
+    topic, _, number = plan.directory.resolve().name.rpartition("-")
+    partition = int(number)
+    out = []
+    for txn in plan.transactions:
+        found = transaction_participants(coordinator, topic, partition, txn.first_offset, None)
+        out.append(
+            {
+                "producer_id": txn.producer_id,
+                "producer_epoch": txn.producer_epoch,
+                "first_offset": txn.first_offset,
+                "marker_offset": txn.marker_offset,
+                "committed": txn.marker_offset is not None,
+                "records": txn.records,
+                **participants_doc(state_dir, found, topic, partition),
+            }
+        )
+    return out
+
+
+def _print_transactions(doc: dict[str, Any], out: TextIO) -> None:
+    txns = doc["transactions"]
+    if not txns:
+        return
+    committed = sum(1 for t in txns if t["committed"])
+    out.write(
+        f"transactions removed here: {len(txns)} ({committed} committed); each spans other"
+        " partitions, which keep their part:\n"
+    )
+    for txn in txns:
+        state = (
+            f"committed (marker at {txn['marker_offset']})"
+            if txn["committed"]
+            else "undecided here (no marker)"
+        )
+        out.write(
+            f"  producer {txn['producer_id']} epoch {txn['producer_epoch']}, data from offset"
+            f" {txn['first_offset']}, {txn['records']} records, {state}\n"
+        )
+        if not txn["known"]:
+            out.write("    participants: unknown (the coordinator's log no longer lists it)\n")
+            continue
+        for part in txn["participants"]:
+            if part["this_partition"]:
+                continue
+            out.write(
+                f"    also in {part['topic']}-{part['partition']} from offset"
+                f" {part['first_offset']}: to roll it back there too: statestore repair"
+                f" truncate {part['directory']} --offset {part['first_offset']}\n"
+            )
 
 
 def _print_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str) -> None:
@@ -220,6 +204,7 @@ def _print_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: s
         out.write("".join(f"  {line}\n" for line in text.splitlines()))
         if len(shown) < len(changes):
             out.write(f"  ... {len(changes) - len(shown)} more (--all-keys, or --json)\n")
+    _print_transactions(_truncation_doc(plan, args.key_format), out)
     out.write("steps:\n")
     out.writelines(f"  {step}\n" for step in plan.steps())
 
@@ -244,6 +229,18 @@ def _run_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str
         else:
             out.write(f"\n{_DRY_RUN}\n")
         return 0
+    split = [t for t in doc["transactions"] if t["committed"]]
+    if split and not args.split_transactions:
+        from changelog.errors import RepairRefusedError  # noqa: PLC0415
+
+        raise RepairRefusedError(
+            plan.directory,
+            f"the truncation removes this partition's part of {len(split)} committed"
+            f" transaction(s) (the first from offset {split[0]['first_offset']}), whose other"
+            " partitions keep theirs: cross-store atomicity would break. Truncate the other"
+            " partitions too (the plan names them), or pass --split-transactions to accept it",
+            offset=split[0]["first_offset"],
+        )
     log_end = apply_truncation(plan, config=recorded_log_config(plan.directory)[0])  # K7
     if args.json:
         ok, verify_doc = reverify(plan.directory, io.StringIO())
@@ -260,7 +257,7 @@ def cmd_truncate(args: argparse.Namespace, out: TextIO) -> int:
     """Remove every batch at and above ``--offset`` (dry run unless ``--apply``)."""
     from changelog.repair.truncate import plan_truncation  # noqa: PLC0415
 
-    partition = _partition_arg(args.partition)
+    partition = partition_arg(args.partition)
     with partition_locks(partition, apply=args.apply, out=out):
         plan = plan_truncation(partition, args.offset)
         title = f"truncate {partition} at offset {args.offset}"
@@ -271,7 +268,7 @@ def cmd_drop_torn_tail(args: argparse.Namespace, out: TextIO) -> int:
     """Cut the last segment where its valid batches end (dry run unless ``--apply``)."""
     from changelog.repair.truncate import plan_torn_tail_drop  # noqa: PLC0415
 
-    partition = _partition_arg(args.partition)
+    partition = partition_arg(args.partition)
     with partition_locks(partition, apply=args.apply, out=out):
         plan = plan_torn_tail_drop(partition)
         title = f"drop the torn tail of {partition}"
@@ -299,7 +296,7 @@ def cmd_rebuild_indexes(args: argparse.Namespace, out: TextIO) -> int:
 
     from changelog.repair.indexes import apply_index_rebuild, plan_index_rebuild  # noqa: PLC0415
 
-    partition = _partition_arg(args.partition)
+    partition = partition_arg(args.partition)
     config, settings_from = recorded_log_config(partition)
     if args.index_interval_bytes is not None:
         config = attrs.evolve(config, index_interval_bytes=args.index_interval_bytes)
@@ -370,11 +367,34 @@ def cmd_rebuild_indexes(args: argparse.Namespace, out: TextIO) -> int:
 # --------------------------------------------------------------------------- the parser
 
 
+def _cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
+    from statestore.cli.rebuild_checkpoints import cmd_rebuild_checkpoints  # noqa: PLC0415
+
+    return cmd_rebuild_checkpoints(args, out)
+
+
+def _cmd_salvage(args: argparse.Namespace, out: TextIO) -> int:
+    from statestore.cli.salvage import cmd_salvage  # noqa: PLC0415
+
+    return cmd_salvage(args, out)
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--apply", action="store_true", help="do it (without: print the plan, change nothing)"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _split_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--split-transactions",
+        action="store_true",
+        help=(
+            "apply even when committed cross-partition transactions lose their part here "
+            "(without it --apply refuses; the plan names the other partitions)"
+        ),
+    )
 
 
 def _key_options(parser: argparse.ArgumentParser) -> None:
@@ -396,7 +416,10 @@ def add_repair_parser(sub: Any) -> None:
 
     repair = sub.add_parser(
         "repair",
-        help="operator remedies: truncate, drop-torn-tail, rebuild-indexes, rebuild-rocksdb",
+        help=(
+            "operator remedies: salvage, truncate, drop-torn-tail, rebuild-indexes,"
+            " rebuild-checkpoints, rebuild-rocksdb"
+        ),
         description=(
             "Remedies for a partition or store that the loader refuses or that reads wrong. "
             "Each prints what it will change and changes nothing without --apply; --apply "
@@ -416,6 +439,7 @@ def add_repair_parser(sub: Any) -> None:
     )
     truncate.add_argument("partition", type=Path, metavar="PARTITION_DIR")
     truncate.add_argument("--offset", type=non_negative, required=True, help="the new log end")
+    _split_option(truncate)
     _key_options(truncate)
     _common(truncate)
     truncate.set_defaults(func=cmd_truncate)
@@ -433,6 +457,7 @@ def add_repair_parser(sub: Any) -> None:
     torn.add_argument("partition", type=Path, metavar="PARTITION_DIR")
     _key_options(torn)
     _common(torn)
+    _split_option(torn)
     torn.set_defaults(func=cmd_drop_torn_tail)
 
     indexes = remedies.add_parser(
@@ -455,5 +480,32 @@ def add_repair_parser(sub: Any) -> None:
     )
     _common(indexes)
     indexes.set_defaults(func=cmd_rebuild_indexes)
+
+    salvage = remedies.add_parser(
+        "salvage",
+        help="rewrite damaged segments keeping every valid batch; name what is lost",
+        description=(
+            "Resynchronize on the next batch whose header and CRC check out and keep every "
+            "valid batch after damage (offsets unchanged). Names every unreadable byte range "
+            "with its offsets and the keys it still yields, and every transaction the damage "
+            "splits with the partitions that took part (from the coordinator's log)."
+        ),
+    )
+    salvage.add_argument("partition", type=Path, metavar="PARTITION_DIR")
+    _common(salvage)
+    salvage.set_defaults(func=_cmd_salvage)
+
+    checkpoints = remedies.add_parser(
+        "rebuild-checkpoints",
+        help="rewrite damaged or impossible checkpoint files from the segments",
+        description=(
+            "Rewrite every checkpoint file the loader would refuse (unreadable, truncated, "
+            "or impossible for the segments beside it) with a value derived from the "
+            "segments; no segment is changed."
+        ),
+    )
+    checkpoints.add_argument("partition", type=Path, metavar="PARTITION_DIR")
+    _common(checkpoints)
+    checkpoints.set_defaults(func=_cmd_rebuild_checkpoints)
 
     rebuild_rocksdb.add_parser(remedies, _common)

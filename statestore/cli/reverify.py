@@ -25,14 +25,6 @@ def reverify(partition: Path, out: TextIO) -> tuple[bool, dict[str, Any]]:
         "ok": ok,
         "errors": report.errors,
         "warnings": report.warnings,
-        "problems": [
-            {
-                "severity": p.severity,
-                "path": str(p.path),
-                "position": p.position,
-                "message": p.message,
-            }
-            for p in report.problems
-        ],
+        "problems": [p.doc() for p in report.problems],
     }
     return ok, doc

@@ -108,6 +108,18 @@ class Problem:
     path: Path
     position: int | None
     message: str
+    offset: int | None = None
+    """The first offset the problem affects, when known (``verify --json`` carries it)."""
+
+    def doc(self) -> dict[str, object]:
+        """The problem as a JSON object."""
+        return {
+            "severity": self.severity,
+            "path": str(self.path),
+            "position": self.position,
+            "offset": self.offset,
+            "message": self.message,
+        }
 
     def render(self) -> str:
         """``ERROR path at position N: message`` (one line)."""
@@ -127,6 +139,8 @@ class OpenVerdict:
     position: int | None
     steps: tuple[str, ...]
     log_end_offset: int | None
+    offset: int | None = None
+    """The first offset the refusal names (the error's ``offset``), when known."""
 
 
 @attrs.define
@@ -180,6 +194,7 @@ def _plan(directory: Path, report: PartitionReport) -> LoadPlan | None:
     except ChangelogError as exc:
         path = getattr(exc, "path", directory)
         position = getattr(exc, "position", None)
+        offset = getattr(exc, "offset", None)
         report.verdict = OpenVerdict(
             refused=True,
             error=type(exc).__name__,
@@ -187,6 +202,7 @@ def _plan(directory: Path, report: PartitionReport) -> LoadPlan | None:
             position=position,
             steps=(),
             log_end_offset=None,
+            offset=offset,
         )
         reason = getattr(exc, "reason", None) or str(exc)
         report.problems.append(
@@ -196,6 +212,7 @@ def _plan(directory: Path, report: PartitionReport) -> LoadPlan | None:
                 position,
                 f"the next open refuses this partition ({type(exc).__name__}): {reason};"
                 " nothing is changed (docs/recovery.md lists the remedies)",
+                offset=offset,
             )
         )
         return None
@@ -250,6 +267,7 @@ def _read_segment(
                             " flushed segment, so the next open succeeds but reading offsets"
                             f" from {next_offset} on fails"
                             " (docs/recovery.md lists the remedies)",
+                            offset=next_offset,
                         )
                     )
                     break

@@ -367,7 +367,9 @@ def replay(
                     break
         _write(engine, pairs, end_offset, store, partition)
     except ChangelogError as exc:
-        raise RestoreError(store, partition, next_offset, str(exc)) from exc
+        found = getattr(exc, "offset", None)  # the first offset the damage affects (verify's)
+        at = next_offset if found is None else found
+        raise RestoreError(store, partition, at, str(exc)) from exc
     except (KeyError, TypeError) as exc:  # a record without a key (not written by a store)
         # rocksdict's raw-mode WriteBatch raises KeyError for a None key.
         raise RestoreError(

@@ -402,7 +402,14 @@ def test_every_repair_remedy_and_flag_is_documented_in_cli_md() -> None:
         return {}
 
     remedies = subparsers(subparsers(build_parser())["repair"])
-    assert sorted(remedies) == ["drop-torn-tail", "rebuild-indexes", "rebuild-rocksdb", "truncate"]
+    assert sorted(remedies) == [
+        "drop-torn-tail",
+        "rebuild-checkpoints",
+        "rebuild-indexes",
+        "rebuild-rocksdb",
+        "salvage",
+        "truncate",
+    ]
     for name, parser in remedies.items():
         heading = f"### `repair {name}"
         assert heading in section, f"no {heading} in docs/cli.md"

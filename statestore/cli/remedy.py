@@ -1,0 +1,94 @@
+"""What every ``statestore repair`` remedy shares: the partition argument, the locks, the settings.
+
+Thread-safety: plain functions; :func:`partition_locks` holds the state
+directory's lock for its block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, TextIO
+
+from statestore.cli.errors import UsageError
+from statestore.cli.statedir import is_partition_dir, lock_holder
+
+if TYPE_CHECKING:
+    from changelog.config import LogConfig
+
+__all__ = ["partition_arg", "partition_locks", "recorded_log_config", "state_dir_of"]
+
+_CHANGELOG_DIR: Final = re.compile(r"^.+-changelog-\d+$")
+
+
+def partition_arg(path: Path) -> Path:
+    """``path`` if it is a changelog partition directory, else :class:`UsageError`."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such directory")
+    if not is_partition_dir(path):
+        raise UsageError(f"{path}: not a changelog partition directory (no <offset>.log files)")
+    return path
+
+
+def state_dir_of(partition: Path) -> Path | None:
+    """The state directory a ``<store>-changelog-<p>`` partition belongs to (one with a ``.lock``)."""
+    parent = partition.resolve().parent
+    if _CHANGELOG_DIR.match(partition.resolve().name) and (parent / ".lock").exists():
+        return parent
+    return None
+
+
+def recorded_log_config(partition: Path) -> tuple[LogConfig, str]:
+    """The ``LogConfig`` the partition's store recorded, and where it was read from.
+
+    A ``<store>-changelog-<p>`` directory of a state directory takes the
+    ``log_config`` of ``<store>.metadata.json`` (docs/operations.md, "Store
+    metadata"), so a remedy's reopen (K7, X2) and its rebuilt indexes use the
+    log's own settings (``index_interval_bytes``: the index density); any other
+    partition directory, or a store without the file (round 1), gets
+    ``LogConfig``'s defaults.  A damaged file raises
+    :class:`~statestore.errors.CorruptStoreMetadataError`.
+    """
+    from changelog.config import LogConfig  # noqa: PLC0415
+    from statestore.stores.metadata import metadata_path, read_metadata  # noqa: PLC0415
+
+    state_dir = state_dir_of(partition)
+    if state_dir is not None:
+        store = partition.resolve().name.rsplit("-changelog-", 1)[0]
+        meta = read_metadata(state_dir, store)
+        if meta is not None:
+            return meta.log_config, str(metadata_path(partition.parent, store))  # as given
+    return LogConfig(), "LogConfig's defaults (no store metadata file)"
+
+
+@contextlib.contextmanager
+def partition_locks(partition: Path, *, apply: bool, out: TextIO) -> Iterator[None]:
+    """Hold the state directory's lock for the block (``apply``); else only warn if it is held.
+
+    A held lock makes ``--apply`` fail with :class:`~changelog.errors.LogLockedError`
+    (exit 1, nothing changed); the partition's own lock is taken by the remedy.
+    """
+    from changelog.errors import LogLockedError  # noqa: PLC0415
+    from changelog.fs.lock import LOCK_FILE_NAME, DirectoryLock  # noqa: PLC0415
+
+    state_dir = state_dir_of(partition)
+    holders = [
+        (d, lock_holder(d)) for d in (state_dir, partition) if d is not None and lock_holder(d)
+    ]
+    if not apply:
+        for directory, holder in holders:
+            out.write(
+                f"note: {directory} is locked by {holder}: --apply will refuse until it stops\n"
+            )
+        yield
+        return
+    if holders:
+        directory, holder = holders[0]
+        raise LogLockedError(directory / LOCK_FILE_NAME, holder)
+    if state_dir is None:
+        yield
+        return
+    with DirectoryLock(state_dir):
+        yield
