@@ -179,6 +179,7 @@ class Log:
         partition: int,
         dir_lock: DirectoryLock,
         loaded: LoadedLog,
+        append_observer: Callable[[AppendInfo], None] | None = None,
     ) -> None:
         """Assemble an opened log; use :meth:`Log.open`."""
         self._dir = directory
@@ -199,8 +200,7 @@ class Log:
         self._failure: LogStorageError | None = None
         self.cleaning_barrier_offset: int | None = None
         """Set by the store: the cleaner must not clean at or above this offset (``None``: no limit)."""
-        self.append_observer: Callable[[AppendInfo], None] | None = None
-        """Set by the store's metrics: called with every :meth:`append`'s result (on the appending thread)."""
+        self._append_observer = append_observer
         self._prefix = f"[Log partition={topic}-{partition}, dir={directory}] "
         self._rp = RecoveryPoint(
             directory,
@@ -223,12 +223,19 @@ class Log:
 
     @classmethod
     def open(
-        cls, directory: Path | str, config: LogConfig | None = None, clock: Clock | None = None
+        cls,
+        directory: Path | str,
+        config: LogConfig | None = None,
+        clock: Clock | None = None,
+        *,
+        append_observer: Callable[[AppendInfo], None] | None = None,
     ) -> Log:
         """Open (creating if needed) the partition directory ``<topic>-<partition>``.
 
         Locks it (a second owner gets :class:`~changelog.errors.LogLockedError`),
         runs the loader's recovery passes and returns the ready log.
+        ``append_observer`` (a store's metrics) is called with every append's
+        :class:`~changelog.AppendInfo`, on the appending thread.
         """
         directory = Path(directory)
         config = config if config is not None else LogConfig()
@@ -244,6 +251,7 @@ class Log:
             partition=partition,
             dir_lock=dir_lock,
             loaded=loaded,
+            append_observer=append_observer,
         )
 
     def __enter__(self) -> Log:
@@ -278,6 +286,11 @@ class Log:
     def clock(self) -> Clock:
         """The clock (milliseconds) used for timestamps, rolling and retention."""
         return self._clock
+
+    @property
+    def append_observer(self) -> Callable[[AppendInfo], None] | None:
+        """What :meth:`open` was given to call with every append's result (``None``: nothing)."""
+        return self._append_observer
 
     @property
     def topic(self) -> str:
@@ -493,7 +506,7 @@ class Log:
             started = time.perf_counter()
             self._group.sync_to(info.last_offset + 1)
             info = attrs.evolve(info, flushed=True, flush_time_s=time.perf_counter() - started)
-        observer = self.append_observer
+        observer = self._append_observer
         if observer is not None:
             observer(info)
         return info

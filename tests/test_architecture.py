@@ -234,3 +234,118 @@ def test_layers_are_documented(package: str) -> None:
         assert f"`{module.name}`" in text or module.name in tree, (
             f"docs/internals.md does not name {package}/{module.name}"
         )
+
+
+# ------------------------------------------------ a layer touches only the layer it wraps
+
+
+def _defined_private_names(tree: ast.AST) -> set[str]:
+    """The ``_private`` names a module defines: functions, classes, class attributes, and
+    attributes it assigns on ``self``/``cls``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def layer_contacts(source: str, ours: set[str]) -> list[tuple[int, str]]:
+    """(line, what) for each place in ``source`` that reaches past the object it holds.
+
+    * ``__self__``: recovering the object behind a bound method (discovering a layer);
+    * ``getattr``/``hasattr``/``setattr`` with a ``_private`` (not dunder) name, or ``getattr`` of a
+      ``getattr`` (probing for another layer's attributes);
+    * ``obj._name`` on anything but ``self``/``cls`` when ``_name`` is one of ``ours`` (a
+      private name some module of ours defines) and this module does not define it itself
+      (another instance of the module's own class may be touched; another module's may not);
+    * ``x.inner.y`` / ``x._inner.inner`` and the like: reaching through the layer one wraps
+      to the one under it.
+    """
+    tree = ast.parse(source)
+    own = _defined_private_names(tree)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            if node.attr == "__self__":
+                found.append((node.lineno, f"{ast.unparse(node)}: inspects a bound method"))
+            elif (
+                node.attr in ours
+                and node.attr not in own
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                found.append((node.lineno, f"{ast.unparse(node)}: another module's private name"))
+            if (
+                isinstance(node.value, ast.Attribute)
+                and node.value.attr in ("inner", "_inner")
+                and node.attr in ("inner", "_inner")
+            ):
+                found.append((node.lineno, f"{ast.unparse(node)}: reaches under the wrapped layer"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) >= 2
+        ):
+            name = node.args[1]
+            inner = node.args[0]
+            text = str(name.value) if isinstance(name, ast.Constant) else ""
+            if text == "__self__":
+                found.append((node.lineno, f"{ast.unparse(node)}: inspects a bound method"))
+            elif text.startswith("_") and not (text.startswith("__") and text.endswith("__")):
+                found.append((node.lineno, f"{ast.unparse(node)}: probes a private name"))
+            elif (
+                isinstance(inner, ast.Call)
+                and isinstance(inner.func, ast.Name)
+                and inner.func.id == "getattr"
+            ):
+                found.append((node.lineno, f"{ast.unparse(node)}: getattr of a getattr"))
+    return found
+
+
+def _all_private_names() -> set[str]:
+    names: set[str] = set()
+    for path in our_modules().values():
+        names |= _defined_private_names(ast.parse(path.read_text(encoding="utf-8")))
+    return names
+
+
+def test_a_layer_touches_only_the_layer_it_wraps() -> None:
+    """No module discovers or reaches into another's internals: fast paths are offered by a
+    layer and granted by the builder (``statestore/stores/builder.py``), never found."""
+    ours = _all_private_names()
+    offenders = []
+    for path in our_modules().values():
+        rel = path.relative_to(ROOT)
+        for line, what in layer_contacts(path.read_text(encoding="utf-8"), ours):
+            offenders.append(f"{rel}:{line}: {what}")
+    assert offenders == [], "layer contacts:\n" + "\n".join(offenders)
+
+
+def test_the_layer_contact_check_can_fail() -> None:
+    """What the stack once did to find the write buffer's dict is reported, line by line."""
+    source = """
+def _buffer_get_parts(get):
+    parts = getattr(getattr(get, "__self__", None), "compiled_get_parts", None)
+    return parts
+
+def _dict_of_setitem(put):
+    owner = getattr(put, "__self__", None)
+    return put.__self__
+
+class Typed:
+    def peek(self, store):
+        store._inner._pending.clear()
+        self._inner.inner.engine.flush()
+        return getattr(store, "_pending")
+"""
+    found = layer_contacts(source, ours={"_pending", "_inner", "_buffer_get_parts"})
+    lines = sorted({line for line, _ in found})
+    assert lines == [3, 7, 8, 12, 13, 14], found
+    own = "class A:\n    def __init__(self):\n        self._x = 1\n    def same(self, other):\n        return other._x\n"
+    assert layer_contacts(own, ours={"_x"}) == []  # the module's own class, another instance

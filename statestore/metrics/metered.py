@@ -55,26 +55,18 @@ def partition_tags(store: str, partition: int) -> Tags:
 
 
 class PartitionMetrics:
-    """The metrics of one store partition, registered before its restore starts.
+    """The metrics of one store partition, registered before its changelog opens.
 
-    ``log`` is the partition's changelog (a :class:`changelog.Log`);
-    ``applied_offset`` and ``estimate_num_keys`` read the partition's RocksDB
-    (set once it is open: :meth:`attach_engine`).
+    The builder makes it first, opens the changelog with :meth:`on_append` as
+    its append observer, then hands it the log (:meth:`watch_log`: the log's
+    gauges) and, once restored, the engine (:meth:`attach_engine`: the RocksDB
+    gauges).  Until then those gauges read ``None``.
     """
 
-    def __init__(
-        self,
-        registry: MetricsRegistry,
-        *,
-        store: str,
-        partition: int,
-        log: Any,
-        now_ms: Callable[[], int],
-    ) -> None:
+    def __init__(self, registry: MetricsRegistry, *, store: str, partition: int) -> None:
         self.registry = registry
         self.tags = tags = partition_tags(store, partition)
-        self._log = log
-        self._now_ms = now_ms
+        self._log: Log | None = None
         self.readable = True
         """Whether gauges may read the engine (cleared when the partition closes)."""
         self._engine: Any = None
@@ -115,11 +107,17 @@ class PartitionMetrics:
         self._restore_seconds: float | None = None
         gauge("restore-remaining-records-total", lambda: self._restore_remaining)
         gauge("restore-time", lambda: self._restore_seconds)
-        gauge("LogStartOffset", lambda: log.log_start_offset)
-        gauge("LogEndOffset", lambda: log.log_end_offset)
-        gauge("NumLogSegments", lambda: len(log.segments))
-        gauge("Size", lambda: log.size_bytes)
+        gauge("LogStartOffset", lambda: None if self._log is None else self._log.log_start_offset)
+        gauge("LogEndOffset", lambda: None if self._log is None else self._log.log_end_offset)
+        gauge("NumLogSegments", lambda: None if self._log is None else len(self._log.segments))
+        gauge("Size", lambda: None if self._log is None else self._log.size_bytes)
         gauge("dirty-ratio", self._dirty_ratio)
+
+    # ------------------------------------------------------------ changelog
+
+    def watch_log(self, log: Log) -> None:
+        """Let the changelog gauges read ``log`` (a :class:`changelog.Log`, opened with :meth:`on_append`)."""
+        self._log = log
 
     # ------------------------------------------------------------ gauges
 
@@ -142,9 +140,10 @@ class PartitionMetrics:
     def _dirty_ratio(self) -> float | None:
         from changelog.cleaner.manager import log_to_clean  # noqa: PLC0415 - only when read
 
-        if self._log.closed or not self._log.config.compact:
+        log = self._log
+        if log is None or log.closed or not log.config.compact:
             return None
-        return log_to_clean(self._log, now_ms=self._now_ms()).dirty_ratio
+        return log_to_clean(log, now_ms=log.clock()).dirty_ratio
 
     # ------------------------------------------------------------ restore
 
@@ -166,12 +165,11 @@ class PartitionMetrics:
         self._restore_remaining = 0
         self._restore_seconds = result.seconds
 
-    def on_append(self, info: Any) -> None:
+    def on_append(self, info: AppendInfo) -> None:
         """Record one changelog append (its bytes and, when fsynced, the fsync time)."""
         self.bytes_appended.value += info.size_bytes
-        flush_s = getattr(info, "flush_time_s", 0.0)
-        if info.flushed and flush_s:
-            self.log_flush_time.observe(flush_s)
+        if info.flushed and info.flush_time_s:
+            self.log_flush_time.observe(info.flush_time_s)
 
 
 def _has(name: str) -> bool:

@@ -1,5 +1,11 @@
-/* The store layer's hot paths in C: the typed store's put (Putter) and get (Getter, after
- * it), the write buffer's forget and the engine's WriteBatch fill (at the end of this file).
+/* The store layer's hot paths in C: the write buffer's put and get (Pending), the typed
+ * store's put (Putter) and get (Getter) over it, the write buffer's forget and the engine's
+ * WriteBatch fill (at the end of this file).
+ *
+ * Who owns what: a Pending belongs to the write buffer that made it (WriteBuffer.fast_path
+ * offers it; the builder grants it to the typed store).  A Putter or Getter belongs to the
+ * typed store; it reaches the buffer's pending writes only through the Pending it was
+ * granted, never through anything else of the buffer.
  *
  * The typed store's put: serialize, check, buffer, with no Python frame of its own.
  *
@@ -13,23 +19,131 @@
  *      is exactly bytes, else ser_key(key), which must return exactly bytes;
  *   3. the value's bytes: ser_value(value), exactly bytes (value None: a delete);
  *   4. len(key) + len(value) <= max_record_bytes;
- *   5. inner_put(key_bytes, value_bytes), or, when inner_put is a dict (the write buffer's
- *      pending dict, whose bound __setitem__ is the buffer's put), PyDict_SetItem on it:
- *      a method-wrapper has no vectorcall, so calling __setitem__ built an argument tuple
- *      per put.
+ *   5. inner_put(key_bytes, value_bytes), the layer below's put; when inner_put is a
+ *      Pending (the buffer's compiled put, granted by the builder), its put is done here
+ *      without the call (the same PyDict_SetItem Pending's own call does).
  *
  * Whenever one of 1-4 does not hold (a closed store, a key of another type, None,
- * a serializer that raised an Exception, a record too large, keyword arguments),
- * it calls slow(key, value), the Python put, which raises the store's typed error
- * or does the rare case itself.  The serializers are pure, so calling them again
- * there is harmless.  A BaseException that is not an Exception (KeyboardInterrupt)
- * propagates as it is.  Nothing here releases the GIL.
+ * a serializer that raised an Exception, a record too large, keyword arguments, a cell
+ * that is not a one-element list), it calls slow(key, value), the Python put, which
+ * raises the store's typed error or does the rare case itself.  The serializers are
+ * pure, so calling them again there is harmless.  A BaseException that is not an
+ * Exception (KeyboardInterrupt) propagates as it is.  Nothing here releases the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* cell[0] of a one-element list (borrowed), or NULL, no error set, when the list is not of
+ * one element: the callers then take the slow path instead of reading out of bounds. */
+static inline PyObject *cell_item(PyObject *cell)
+{
+    return PyList_GET_SIZE(cell) == 1 ? PyList_GET_ITEM(cell, 0) : NULL;
+}
+
+/* The write buffer's compiled put and get: Pending(pending, lookup).
+ *
+ *   pending  the buffer's dict of pending writes (serialized key -> value, None: a tombstone);
+ *   lookup   RocksDB's own get, or None once the buffer closed (close() drops it, so no
+ *            reference to RocksDB outlives the buffer).
+ *
+ * Calling it with (key, value) is pending[key] = value: the buffer's put.  The Getter below
+ * reads pending first, then lookup: the buffer's get.  Made by the write buffer only.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *pending;
+    PyObject *lookup;
+    vectorcallfunc vectorcall;
+} Pending;
+
+static int Pending_traverse(Pending *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->pending);
+    Py_VISIT(self->lookup);
+    return 0;
+}
+
+static int Pending_clear(Pending *self)
+{
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->lookup);
+    return 0;
+}
+
+static void Pending_dealloc(Pending *self)
+{
+    PyObject_GC_UnTrack(self);
+    Pending_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Pending_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames)
+{
+    Pending *self = (Pending *)obj;
+    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != 2) {
+        PyErr_SetString(PyExc_TypeError, "the buffer's put takes (key, value)");
+        return NULL;
+    }
+    if (PyDict_SetItem(self->pending, args[0], args[1]) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pending_close(Pending *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_SETREF(self->lookup, Py_NewRef(Py_None));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pending_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *pending, *lookup;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Pending takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &pending, &lookup)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(lookup)) {
+        PyErr_SetString(PyExc_TypeError, "lookup must be callable");
+        return NULL;
+    }
+    Pending *self = (Pending *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->pending = Py_NewRef(pending);
+    self->lookup = Py_NewRef(lookup);
+    self->vectorcall = Pending_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyMethodDef Pending_methods[] = {
+    {"close", (PyCFunction)Pending_close, METH_NOARGS,
+     "Drop the reference to RocksDB's get (the buffer closes)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PendingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "statestore.stores._put.Pending",
+    .tp_doc = "A write buffer's compiled put and get (see statestore/stores/_put.c).",
+    .tp_basicsize = sizeof(Pending),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = Pending_new,
+    .tp_dealloc = (destructor)Pending_dealloc,
+    .tp_traverse = (traverseproc)Pending_traverse,
+    .tp_clear = (inquiry)Pending_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Pending, vectorcall),
+    .tp_methods = Pending_methods,
+};
 
 typedef struct {
     PyObject_HEAD
@@ -94,7 +208,7 @@ static PyObject *Putter_vectorcall(PyObject *obj, PyObject *const *args, size_t 
     PyObject *key_bytes = NULL;
     PyObject *value_bytes = NULL;
     if (kwnames != NULL || nargs != 2 || args[1] == Py_None
-        || PyList_GET_ITEM(self->cell, 0) != Py_True) {
+        || cell_item(self->cell) != Py_True) {
         goto slow;
     }
     if (self->ser_key == Py_None) {
@@ -119,9 +233,10 @@ static PyObject *Putter_vectorcall(PyObject *obj, PyObject *const *args, size_t 
         goto slow;
     }
     PyObject *result;
-    if (PyDict_CheckExact(self->inner_put)) { /* the write buffer's dict itself */
-        result = PyDict_SetItem(self->inner_put, key_bytes, value_bytes) < 0 ? NULL
-                                                                              : Py_NewRef(Py_None);
+    if (Py_IS_TYPE(self->inner_put, &PendingType)) { /* the buffer's compiled put, inlined */
+        result = PyDict_SetItem(((Pending *)self->inner_put)->pending, key_bytes, value_bytes) < 0
+                     ? NULL
+                     : Py_NewRef(Py_None);
     } else {
         PyObject *pair[2] = {key_bytes, value_bytes};
         result = PyObject_Vectorcall(self->inner_put, pair, 2, NULL);
@@ -158,10 +273,8 @@ static PyObject *Putter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if ((ser_key != Py_None && !PyCallable_Check(ser_key)) || !PyCallable_Check(ser_value)
-        || !(PyCallable_Check(inner_put) || PyDict_CheckExact(inner_put))
-        || !PyCallable_Check(slow)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "serializers and slow must be callable, inner_put callable or a dict");
+        || !PyCallable_Check(inner_put) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "serializers, inner_put and slow must be callable");
         return NULL;
     }
     Putter *self = (Putter *)type->tp_alloc(type, 0);
@@ -192,35 +305,34 @@ static PyTypeObject PutterType = {
     .tp_vectorcall_offset = offsetof(Putter, vectorcall),
 };
 
-/* The typed store's get, its fast path in C (issue 18: the two Python frames of a get,
- * the typed store's and the write buffer's, were most of what a get cost above raw's).
+/* The typed store's get, its fast path in C (the typed store's and the write buffer's get
+ * without a Python frame of either).
  *
- * Getter(cell, ser_key, pending, lookup_cell, try_cell, slow)
+ * Getter(cell, ser_key, source, try_cell, slow)
  *
  * Calling it with (key) or (key, default) does what KeyValueStore.get does for a store of
- * one partition whose write buffer is directly below:
+ * one partition whose write buffer granted it its compiled get (source, a Pending):
  *
  *   1. the store is open: cell[0] is True (the put's cell);
  *   2. the key's bytes: the key itself when ser_key is None (bytes keys) and it is exactly
  *      bytes, else ser_key(key), which must return exactly bytes;
- *   3. the buffer's pending write of the key (pending[key]; None: a tombstone), else
- *      lookup_cell[0](key), RocksDB's own get (the buffer empties the cell when it closes,
- *      so no reference to RocksDB outlives it);
+ *   3. the buffer's get: its pending write of the key (source's pending[key]; None: a
+ *      tombstone), else source's lookup(key), RocksDB's own get (None once the buffer
+ *      closed: then the slow path);
  *   4. None: default; else try_cell[0](data), the value serde's first-try decoder (the
  *      store replaces it in the cell when it replaces its own).
  *
  * Whenever one of these does not hold or raises an Exception (a closed store, a key of
- * another type, a serializer or a lookup that raised, a value the first try refused), it
- * calls slow(key, default), the Python get, which does it again and raises the store's
- * typed error or decodes the value its own way.  Reads are pure, so the repeat is harmless.
+ * another type, a serializer or a lookup that raised, a value the first try refused, a
+ * cell that is not a one-element list), it calls slow(key, default), the Python get,
+ * which does it again and raises the store's typed error or decodes the value its own way.  Reads are pure, so the repeat is harmless.
  * A BaseException that is not an Exception propagates as it is.
  */
 typedef struct {
     PyObject_HEAD
     PyObject *cell;
     PyObject *ser_key;
-    PyObject *pending;
-    PyObject *lookup_cell;
+    PyObject *source;
     PyObject *try_cell;
     PyObject *slow;
     vectorcallfunc vectorcall;
@@ -230,8 +342,7 @@ static int Getter_traverse(Getter *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->cell);
     Py_VISIT(self->ser_key);
-    Py_VISIT(self->pending);
-    Py_VISIT(self->lookup_cell);
+    Py_VISIT(self->source);
     Py_VISIT(self->try_cell);
     Py_VISIT(self->slow);
     return 0;
@@ -241,8 +352,7 @@ static int Getter_clear(Getter *self)
 {
     Py_CLEAR(self->cell);
     Py_CLEAR(self->ser_key);
-    Py_CLEAR(self->pending);
-    Py_CLEAR(self->lookup_cell);
+    Py_CLEAR(self->source);
     Py_CLEAR(self->try_cell);
     Py_CLEAR(self->slow);
     return 0;
@@ -272,7 +382,7 @@ static PyObject *Getter_vectorcall(PyObject *obj, PyObject *const *args, size_t 
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *key_bytes = NULL;
     PyObject *data = NULL;
-    if (kwnames != NULL || nargs < 1 || nargs > 2 || PyList_GET_ITEM(self->cell, 0) != Py_True) {
+    if (kwnames != NULL || nargs < 1 || nargs > 2 || cell_item(self->cell) != Py_True) {
         goto slow;
     }
     PyObject *dflt = nargs == 2 ? args[1] : Py_None;
@@ -290,14 +400,15 @@ static PyObject *Getter_vectorcall(PyObject *obj, PyObject *const *args, size_t 
             goto slow_or_error;
         }
     }
-    data = PyDict_GetItemWithError(self->pending, key_bytes); /* borrowed */
+    Pending *source = (Pending *)self->source;
+    data = PyDict_GetItemWithError(source->pending, key_bytes); /* borrowed */
     if (data != NULL) {
         Py_INCREF(data);
     } else {
         if (PyErr_Occurred()) {
             goto slow_or_error;
         }
-        PyObject *lookup = PyList_GET_ITEM(self->lookup_cell, 0);
+        PyObject *lookup = source->lookup;
         if (lookup == Py_None) {
             goto slow;
         }
@@ -314,7 +425,13 @@ static PyObject *Getter_vectorcall(PyObject *obj, PyObject *const *args, size_t 
         Py_DECREF(data);
         return Py_NewRef(dflt);
     }
-    PyObject *decode = Py_NewRef(PyList_GET_ITEM(self->try_cell, 0));
+    PyObject *decode = cell_item(self->try_cell);
+    if (decode == NULL) {
+        Py_DECREF(data);
+        data = NULL;
+        goto slow;
+    }
+    Py_INCREF(decode);
     PyObject *value = PyObject_CallOneArg(decode, data);
     Py_DECREF(decode);
     Py_DECREF(data);
@@ -336,17 +453,16 @@ slow:
 
 static PyObject *Getter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *cell, *ser_key, *pending, *lookup_cell, *try_cell, *slow;
+    PyObject *cell, *ser_key, *source, *try_cell, *slow;
     if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
         PyErr_SetString(PyExc_TypeError, "Getter takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!O", &PyList_Type, &cell, &ser_key, &PyDict_Type,
-                          &pending, &PyList_Type, &lookup_cell, &PyList_Type, &try_cell, &slow)) {
+    if (!PyArg_ParseTuple(args, "O!OO!O!O", &PyList_Type, &cell, &ser_key, &PendingType, &source,
+                          &PyList_Type, &try_cell, &slow)) {
         return NULL;
     }
-    if (PyList_GET_SIZE(cell) != 1 || PyList_GET_SIZE(lookup_cell) != 1
-        || PyList_GET_SIZE(try_cell) != 1) {
+    if (PyList_GET_SIZE(cell) != 1 || PyList_GET_SIZE(try_cell) != 1) {
         PyErr_SetString(PyExc_ValueError, "cells must be lists of one element");
         return NULL;
     }
@@ -360,8 +476,7 @@ static PyObject *Getter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->cell = Py_NewRef(cell);
     self->ser_key = Py_NewRef(ser_key);
-    self->pending = Py_NewRef(pending);
-    self->lookup_cell = Py_NewRef(lookup_cell);
+    self->source = Py_NewRef(source);
     self->try_cell = Py_NewRef(try_cell);
     self->slow = Py_NewRef(slow);
     self->vectorcall = Getter_vectorcall;
@@ -573,21 +688,24 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_put",
-    .m_doc = "The store layer's compiled hot paths: the typed put and get, forget, the WriteBatch fill.",
+    .m_doc = "The store layer's compiled hot paths: the buffer's and the typed put and get, forget, "
+             "the WriteBatch fill.",
     .m_size = -1,
     .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__put(void)
 {
-    if (PyType_Ready(&PutterType) < 0 || PyType_Ready(&GetterType) < 0) {
+    if (PyType_Ready(&PendingType) < 0 || PyType_Ready(&PutterType) < 0
+        || PyType_Ready(&GetterType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(m, "Putter", (PyObject *)&PutterType) < 0
+    if (PyModule_AddObjectRef(m, "Pending", (PyObject *)&PendingType) < 0
+        || PyModule_AddObjectRef(m, "Putter", (PyObject *)&PutterType) < 0
         || PyModule_AddObjectRef(m, "Getter", (PyObject *)&GetterType) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -1,6 +1,16 @@
 from collections.abc import Callable
 from typing import Any
 
+class Pending:
+    """A write buffer's compiled put and get (see ``_put.c``); made by the buffer only."""
+
+    def __init__(
+        self, pending: dict[bytes, bytes | None], lookup: Callable[[bytes], bytes | None], /
+    ) -> None: ...
+    def __call__(self, key: bytes, value: bytes | None, /) -> None: ...
+    def close(self) -> None:
+        """Drop the reference to RocksDB's get (the buffer closes)."""
+
 class Putter:
     """A typed store's put in C (see ``_put.c``)."""
 
@@ -10,7 +20,7 @@ class Putter:
         ser_key: Callable[[Any], bytes] | None,
         ser_value: Callable[[Any], bytes],
         max_record_bytes: int,
-        inner_put: Callable[[bytes, bytes | None], None] | dict[bytes, bytes | None],
+        inner_put: Callable[[bytes, bytes | None], None],
         slow: Callable[[Any, Any], None],
         /,
     ) -> None: ...
@@ -31,8 +41,7 @@ class Getter:
         self,
         cell: list[bool],
         ser_key: Callable[[Any], bytes] | None,
-        pending: dict[bytes, bytes | None],
-        lookup_cell: list[Callable[[bytes], bytes | None] | None],
+        source: Pending,
         try_cell: list[Callable[[bytes], Any]],
         slow: Callable[..., Any],
         /,

@@ -19,11 +19,20 @@ Invariants:
 
 * ``_pending`` maps serialized key -> serialized value, ``None`` for a
   tombstone; it holds the writes since the last successful commit or abort
-  (plus, while a commit runs on another thread, those made meanwhile).  It is one dict for the buffer's lifetime (cleared, never
-  replaced), so :attr:`WriteBuffer.put` can be its bound ``__setitem__``.
+  (plus, while a commit runs on another thread, those made meanwhile).
+  :attr:`WriteBuffer.put` and the compiled ``_fast`` write into it; nothing
+  outside this class holds it.
 * ``_lookup`` is the partition's RocksDB ``get`` while the buffer is open and
   ``None`` from :meth:`WriteBuffer.close` / :meth:`WriteBuffer.abandon` on (a
-  get then fails and is mapped to :class:`~statestore.errors.InvalidStateStoreError`).
+  get then fails and is mapped to :class:`~statestore.errors.InvalidStateStoreError`);
+  ``_fast`` drops its own reference at the same moment.
+
+The fast path: :meth:`WriteBuffer.fast_path` offers the buffer's put and get
+compiled (``statestore/stores/_put.c``: ``Pending``), so that the typed store
+above can call them without a Python frame of this layer.  The builder
+grants it to the typed store when nothing sits between the two that must
+see every call (:mod:`statestore.stores.builder`); nothing else reaches into
+the buffer.
 
 Thread-safety: writes and reads come from the typed store's single user thread;
 a commit (the coordinator, holding :attr:`WriteBuffer.commit_lock`) may run on
@@ -41,7 +50,7 @@ import heapq
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from changelog import AppendInfo, Log
 from changelog.native import compiled
@@ -49,6 +58,9 @@ from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, StoreEngineError
 from statestore.stores.change_logging import ChangeLoggingStore
 from statestore.stores.participant import Participant, Records
+
+if TYPE_CHECKING:
+    from statestore.stores._put import Pending
 
 __all__ = ["WriteBuffer"]
 
@@ -67,6 +79,14 @@ def _load_forget() -> (
 _FORGET: Final = _load_forget()
 
 
+def _load_pending() -> Callable[..., Pending] | None:
+    """The buffer's compiled put and get (``statestore/stores/_put.c``), or ``None`` if not built."""
+    return compiled("statestore.stores._put", "Pending")  # type: ignore[no-any-return]
+
+
+_PENDING: Final = _load_pending()
+
+
 class WriteBuffer:
     """The pending writes of one partition over its :class:`ChangeLoggingStore` (which it owns).
 
@@ -79,15 +99,19 @@ class WriteBuffer:
         self._inner = inner
         self._lookup: Callable[[bytes], bytes | None] | None = inner.lookup
         """RocksDB's own get (errors unmapped; ``None`` once closed)."""
-        self._lookup_cell: list[Callable[[bytes], bytes | None] | None] = [inner.lookup]
-        """``[_lookup]`` for the compiled get (emptied with it: no reference to RocksDB outlives the buffer)."""
         self._read_error = inner.read_error
         self._inner_get_many = inner.get_many
         self._pending: dict[bytes, bytes | None] = {}
         self.commit_lock = threading.Lock()
         """Held by whoever commits this partition (the coordinator): one commit at a time."""
-        self.put: Callable[[bytes, bytes | None], None] = self._pending.__setitem__
-        """Buffer a put (``None``: a tombstone) until :meth:`commit` (the dict's own setter: hot path)."""
+        self._fast: Pending | None = (
+            None if _PENDING is None else _PENDING(self._pending, inner.lookup)
+        )
+        """The compiled put and get over ``_pending`` and RocksDB's get (``None``: not built)."""
+        self.put: Callable[[bytes, bytes | None], None] = (
+            self._pending.__setitem__ if self._fast is None else self._fast
+        )
+        """Buffer a put (``None``: a tombstone) until :meth:`commit` (no Python frame: hot path)."""
 
     @property
     def inner(self) -> ChangeLoggingStore:
@@ -112,7 +136,7 @@ class WriteBuffer:
         The hot read path calls RocksDB's ``get`` from this frame
         (:attr:`ChangeLoggingStore.lookup`) and maps a failure with the engine's
         :meth:`~statestore.stores.engine.RocksDBEngine.read_error`: the same typed
-        errors as the engine's own ``get``, one Python frame less (issue 18).
+        errors as the engine's own ``get``, one Python frame less.
         """
         value = self._pending.get(key, _MISSING)
         if value is _MISSING:
@@ -122,15 +146,18 @@ class WriteBuffer:
                 raise self._read_error(exc, "get") from exc
         return value  # type: ignore[no-any-return]
 
-    def compiled_get_parts(
-        self,
-    ) -> tuple[dict[bytes, bytes | None], list[Callable[[bytes], bytes | None] | None]]:
-        """The pending dict and ``[RocksDB's get]`` (``[None]`` once closed), for the typed store's compiled get.
+    def fast_path(self) -> Pending | None:
+        """This buffer's put and get compiled, for the layer above to call directly; ``None``
+        when the compiled module is not built.
 
-        The compiled get (``_put.c``) does :meth:`get` with them; on anything but
-        a plain hit or miss it calls the store's Python get, which comes here.
+        Calling it is :attr:`put`; the typed store's compiled put and get
+        (``_put.c``: ``Putter``, ``Getter``) do its put and :meth:`get` without
+        a call.  On anything but a plain hit or miss the typed store's Python
+        get comes to :meth:`get`.  After :meth:`close` it no longer reaches
+        RocksDB.  Offered to the builder, which grants it
+        (:mod:`statestore.stores.builder`).
         """
-        return self._pending, self._lookup_cell
+        return self._fast
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """The values of ``keys`` in order, uncommitted writes included (read-your-writes).
@@ -311,6 +338,11 @@ class WriteBuffer:
         """Flush the partition's RocksDB (see :meth:`ChangeLoggingStore.flush`)."""
         self._inner.flush()
 
+    def _release(self) -> None:
+        self._lookup = None
+        if self._fast is not None:
+            self._fast.close()
+
     def _discard(self) -> None:
         if self._pending:
             logger.warning(
@@ -324,13 +356,13 @@ class WriteBuffer:
     def close(self, *, flush: bool = True) -> None:
         """Drop the pending writes (with a warning) and close the partition below; idempotent."""
         self._discard()
-        self._lookup = self._lookup_cell[0] = None
+        self._release()
         self._inner.close(flush=flush)
 
     def abandon(self) -> None:
         """Drop the pending writes and abandon the partition below, as a crash would; idempotent."""
         self._discard()
-        self._lookup = self._lookup_cell[0] = None
+        self._release()
         self._inner.abandon()
 
 

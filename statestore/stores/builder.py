@@ -2,7 +2,11 @@
 
 For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
 
-1. open the changelog :class:`~changelog.Log` (``<store>-changelog-<p>``) and
+0. with metrics on, register the partition's metrics
+   (:class:`~statestore.metrics.metered.PartitionMetrics`), so that steps 1-3
+   are recorded;
+1. open the changelog :class:`~changelog.Log` (``<store>-changelog-<p>``),
+   given the metrics' append observer, and
    let the transaction coordinator end every transaction left open in it
    (steps R1-R3 of :mod:`statestore.txn.coordinator`: roll forward what its
    log says is committed, abort the rest), so the restore sees no open one;
@@ -14,8 +18,7 @@ For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
 4. wrap that in a :class:`~statestore.stores.buffer.WriteBuffer` (the
    writes of the current commit);
 5. with metrics on, wrap that in a :class:`~statestore.metrics.metered.MeteredStore`
-   (Kafka Streams' ``MeteredKeyValueStore``), whose metrics were registered
-   before step 3's restore so that they record it.
+   (Kafka Streams' ``MeteredKeyValueStore``) over step 0's metrics.
 
 Then route over the partitions with a
 :class:`~statestore.stores.partitioned.PartitionedStore` when there are
@@ -23,6 +26,13 @@ several, and put the typed :class:`~statestore.stores.typed.KeyValueStore`
 (serdes, once, at the top) on the result.  Each layer receives the finished
 layer below it in its constructor and closes it in its ``close``; nothing
 is attached later.  Nothing else constructs these layers.
+
+Fast paths are granted here and nowhere else: the write buffer offers its
+compiled put and get (:meth:`~statestore.stores.buffer.WriteBuffer.fast_path`),
+and the typed store receives it in its constructor when the buffer is the
+only partition and nothing between the two must see each put and get (no
+metered layer, or one that records no per-operation metrics and so passes
+them straight through).
 
 On any failure everything opened so far is closed again (the layer that owns
 it closes it; before step 3, the builder closes the log itself) and the error
@@ -36,9 +46,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from changelog import Log
+from changelog import AppendInfo, Log
 from statestore.metrics.metered import MeteredStore, PartitionMetrics
 from statestore.metrics.registry import MetricsRegistry
 from statestore.stores.buffer import WriteBuffer
@@ -50,6 +60,9 @@ from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreL
 from statestore.stores.spec import StoreSpec
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import TransactionCoordinator
+
+if TYPE_CHECKING:
+    from statestore.stores._put import Pending
 
 __all__ = ["build_store"]
 
@@ -84,8 +97,14 @@ def build_store(
     buffers: list[WriteBuffer] = []
     layers: list[BytesStore] = []
     results: list[RestoreResult] = []
+    fast_path: Pending | None = None
     try:
         for partition in range(spec.partitions):
+            meter = (
+                None
+                if metrics is None
+                else PartitionMetrics(metrics, store=spec.name, partition=partition)
+            )
             part = _open_partition(
                 spec,
                 partition,
@@ -95,20 +114,12 @@ def build_store(
                 coordinator=coordinator,
                 rebuild_reason=rebuild_reason,
                 cross_check=cross_check,
+                append_observer=None if meter is None else meter.on_append,
             )
             buffer = WriteBuffer(part)
             buffers.append(buffer)
-            meter = (
-                None
-                if metrics is None
-                else PartitionMetrics(
-                    metrics,
-                    store=spec.name,
-                    partition=partition,
-                    log=part.changelog,
-                    now_ms=part.changelog.clock,
-                )
-            )
+            if meter is not None:
+                meter.watch_log(part.changelog)
             result = part.restore(
                 batch_records=spec.config.restore_batch_records,
                 listener=listener,
@@ -120,8 +131,9 @@ def build_store(
             else:
                 meter.restore_finished(result)
                 meter.attach_engine(part.engine)
-                part.changelog.append_observer = meter.on_append
                 layers.append(MeteredStore(buffer, meter))
+            if spec.partitions == 1 and (meter is None or not meter.operations_recorded):
+                fast_path = buffer.fast_path()
     except BaseException:
         if metrics is not None:
             metrics.remove({"store": spec.name})
@@ -136,6 +148,7 @@ def build_store(
         value_serde=spec.value_serde,
         max_record_bytes=spec.max_record_bytes,
         committer=coordinator,
+        fast_path=fast_path,
     )
     return store, results
 
@@ -150,11 +163,17 @@ def _open_partition(
     coordinator: TransactionCoordinator,
     rebuild_reason: str | None,
     cross_check: bool,
+    append_observer: Callable[[AppendInfo], None] | None,
 ) -> ChangeLoggingStore:
     """Steps 1-3 of the module docstring for one partition (not yet restored)."""
     label = f"[{spec.name}-{partition}]"
     engine_path = spec.rocksdb_dir(state_dir, partition)
-    log = Log.open(spec.changelog_dir(state_dir, partition), config=spec.log_config, clock=clock)
+    log = Log.open(
+        spec.changelog_dir(state_dir, partition),
+        config=spec.log_config,
+        clock=clock,
+        append_observer=append_observer,
+    )
     try:
         coordinator.recover(log, store=spec.name, partition=partition)
         engine, plan = open_engine(

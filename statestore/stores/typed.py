@@ -48,7 +48,7 @@ import logging
 import types
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from changelog import Log
 from changelog.native import compiled
@@ -65,6 +65,9 @@ from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.bytes_store import BytesStore, prefix_upper_bound
 from statestore.stores.lifecycle import StoreState, move
 from statestore.stores.participant import Committer, Participant
+
+if TYPE_CHECKING:
+    from statestore.stores._put import Pending
 
 __all__ = ["KeyValueStore", "compiled_get_available", "compiled_put_available"]
 
@@ -93,36 +96,6 @@ def _load_getter() -> Callable[..., Callable[..., Any]] | None:
 
 
 _GETTER: Final = _load_getter()
-
-
-def _buffer_get_parts(
-    get: Callable[[bytes], bytes | None],
-) -> tuple[dict[bytes, bytes | None], list[Any]] | None:
-    """The pending dict and lookup cell of the write buffer whose ``get`` ``get`` is, else ``None``.
-
-    Duck-typed on :meth:`WriteBuffer.compiled_get_parts
-    <statestore.stores.buffer.WriteBuffer.compiled_get_parts>` (this layer does not
-    import the buffer): a metered get (``DEBUG``) or a partitioned store has none.
-    """
-    parts = getattr(getattr(get, "__self__", None), "compiled_get_parts", None)
-    if parts is None or getattr(get, "__name__", None) != "get":
-        return None
-    result: tuple[dict[bytes, bytes | None], list[Any]] = parts()
-    return result
-
-
-def _dict_of_setitem(
-    put: Callable[[bytes, bytes | None], None],
-) -> Callable[[bytes, bytes | None], None] | dict[bytes, bytes | None]:
-    """The dict whose bound ``__setitem__`` ``put`` is (the write buffer's), else ``put`` itself.
-
-    The compiled put then calls ``PyDict_SetItem`` on it directly (a bound
-    ``__setitem__`` is a method-wrapper, which builds an argument tuple per call).
-    """
-    owner = getattr(put, "__self__", None)
-    if type(owner) is dict and put == owner.__setitem__:
-        return owner
-    return put
 
 
 def compiled_get_available() -> bool:
@@ -250,10 +223,17 @@ class KeyValueStore(Generic[K, V]):
         value_serde: Serde[V],
         max_record_bytes: int,
         committer: Committer,
+        fast_path: Pending | None = None,
     ) -> None:
         """An open store over ``inner`` (restored; owned from here on: :meth:`close` closes it).
 
         ``committer`` (the manager's transaction coordinator) commits it.
+        ``fast_path`` is the compiled put and get of the write buffer that
+        ``inner`` is or passes every put and get straight to (its
+        :meth:`~statestore.stores.buffer.WriteBuffer.fast_path`), granted by
+        the builder: this store's compiled put and get then do the buffer's
+        put and get without a call.  Without it the compiled put calls
+        ``inner.put`` and every get runs the Python path.
         Built by :func:`statestore.stores.builder.build_store`.
         """
         self._name = name
@@ -287,18 +267,15 @@ class KeyValueStore(Generic[K, V]):
                 None if self._bytes_keys else self._ser_key,
                 self._ser_value,
                 self._max_record_bytes,
-                _dict_of_setitem(self._inner_put),
+                self._inner_put if fast_path is None else fast_path,
                 types.MethodType(KeyValueStore.put, self),
             )
-        parts = _buffer_get_parts(self._inner_get)
-        if _GETTER is not None and parts is not None and type(self).get is KeyValueStore.get:
+        if _GETTER is not None and fast_path is not None and type(self).get is KeyValueStore.get:
             # The compiled get: the fast path of get() below (and the write buffer's) in C.
-            pending, lookup_cell = parts
             self.get = _GETTER(  # type: ignore[method-assign]
                 self._open_cell,
                 None if self._bytes_keys else self._ser_key,
-                pending,
-                lookup_cell,
+                fast_path,
                 self._try_cell,
                 types.MethodType(KeyValueStore.get, self),
             )

@@ -12,6 +12,7 @@ import gc
 import weakref
 from typing import Any
 
+import attrs
 import pytest
 
 from changelog import native
@@ -21,7 +22,7 @@ from statestore.serdes import BytesSerde, MsgpackSerde, StringSerde
 from statestore.stores import typed
 from statestore.stores.typed import KeyValueStore
 from tests.statestore.conftest import OpenManager
-from tests.statestore.helpers import changelog_entries
+from tests.statestore.helpers import NO_CLEANER, changelog_entries
 
 
 def test_the_compiled_put_is_built_unless_pure() -> None:
@@ -198,6 +199,14 @@ def test_forget_drops_exactly_what_was_committed() -> None:
     assert pending == expected == {b"b": b"rewritten", b"e": b"new"}
 
 
+def _buffer_of(store: KeyValueStore[Any, Any]) -> Any:
+    """The write buffer under a one-partition store."""
+    part: Any = store._inner
+    while not hasattr(part, "fast_path"):
+        part = part.inner
+    return part
+
+
 def _engine_of(store: KeyValueStore[Any, Any]) -> Any:
     """The RocksDB engine under a one-partition store."""
     part: Any = store._inner
@@ -338,34 +347,87 @@ def test_forget_and_fill_take_the_dict_snapshot_as_they_take_a_list() -> None:
     assert batch.calls == []
 
 
-def test_the_compiled_put_writes_into_the_buffers_dict_directly() -> None:
-    """A bound dict ``__setitem__`` is handed over as its dict (``PyDict_SetItem``, no argument
-    tuple per put); any other callable is called as it is."""
+@pytest.mark.compiled
+def test_the_compiled_put_does_the_buffers_put_or_calls_the_layer_below() -> None:
+    """Given the buffer's compiled put (a ``Pending``) it does that put without the call; given
+    any other callable it calls it."""
     from statestore.stores import _put  # noqa: PLC0415
-    from statestore.stores.typed import _dict_of_setitem  # noqa: PLC0415
 
     pending: dict[bytes, bytes | None] = {}
-    assert _dict_of_setitem(pending.__setitem__) is pending
-    other: dict[bytes, bytes | None] = {}
-    assert _dict_of_setitem(other.__setitem__) is other
+    offered = _put.Pending(pending, {}.get)
     calls: list[tuple[bytes, bytes | None]] = []
 
     def record(key: bytes, value: bytes | None) -> None:
         calls.append((key, value))
 
-    assert _dict_of_setitem(record) is record
-
     def slow(key: object, value: object) -> None:
         raise AssertionError("the fast path should take these")
 
-    for target in (pending, record):
+    for target in (offered, record):
         put = _put.Putter([True], None, lambda v: b"v" + v, 100, target, slow)
         put(b"k", b"1")
     assert pending == {b"k": b"v1"}
     assert calls == [(b"k", b"v1")]
+    offered(b"j", None)  # the buffer's own put: a tombstone too
+    assert pending == {b"k": b"v1", b"j": None}
+    with pytest.raises(TypeError):
+        offered(b"j")  # type: ignore[call-arg]
+
+
+@pytest.mark.compiled
+def test_an_emptied_cell_takes_the_slow_path_instead_of_reading_out_of_bounds() -> None:
+    """The cells are one-element lists the store keeps; were one ever emptied, the compiled put
+    and get call the Python path (which raises its own error) rather than read past the end."""
+    from statestore.stores import _put  # noqa: PLC0415
+
+    slow_calls: list[tuple[Any, ...]] = []
+
+    def slow(*args: Any) -> str:
+        slow_calls.append(args)
+        return "slow"
+
+    pending: dict[bytes, bytes | None] = {b"k": b"v"}
+    source = _put.Pending(pending, {}.get)
+    open_cell: list[Any] = [True]
+    try_cell: list[Any] = [bytes.decode]
+    put = _put.Putter(open_cell, None, bytes, 100, source, slow)
+    get = _put.Getter(open_cell, None, source, try_cell, slow)
+    assert get(b"k") == "v"
+    try_cell.clear()
+    assert get(b"k") == "slow"
+    open_cell.clear()
+    assert get(b"k") == "slow"
+    put(b"j", b"w")
+    assert slow_calls == [(b"k",), (b"k",), (b"j", b"w")]
+    assert b"j" not in pending
 
 
 # ------------------------------------------------------------------------ the compiled get
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize(
+    ("level", "partitions", "granted"),
+    [("OFF", 1, True), ("INFO", 1, True), ("DEBUG", 1, False), ("INFO", 3, False)],
+)
+def test_the_builder_grants_the_buffers_fast_path_only_where_nothing_must_see_each_call(
+    open_manager: OpenManager, level: str, partitions: int, granted: bool
+) -> None:
+    """One partition whose metered layer (if any) passes put and get straight through: the typed
+    store's compiled get reads the buffer's offered fast path.  Per-operation metrics (DEBUG)
+    or a partition router between them: no grant, and every put and get passes through them."""
+    from statestore.stores import _put  # noqa: PLC0415
+
+    manager = open_manager(config=attrs.evolve(NO_CLEANER, metrics_recording_level=level))
+    store = manager.store("kv", partitions=partitions)
+    assert isinstance(store.get, _put.Getter) is granted
+    store["k"] = 1
+    assert store.get("k") == 1
+    store.commit()
+    assert store.get("k") == 1
+    if level == "DEBUG":  # the puts and gets were counted one by one
+        (partition,) = manager.metrics()["stores"]["kv"].values()
+        assert (partition["put-total"], partition["get-total"]) == (1, 2)
 
 
 @pytest.mark.compiled
@@ -431,22 +493,23 @@ def test_the_compiled_get_follows_the_decoder_swap(open_manager: OpenManager) ->
     assert store.get("strs") == {"n": 1}
 
 
+@pytest.mark.compiled
 def test_no_reference_to_rocksdb_outlives_the_store(open_manager: OpenManager) -> None:
-    """The compiled get reads RocksDB's get from the buffer's cell, emptied at close: a closed
-    store holds no reference to the database. (rocksdict's close releases the LOCK even with
-    one left, so the reopen below passes either way; the cell is checked directly.)"""
+    """The compiled get reads RocksDB's get through the buffer's offered fast path, which drops
+    it at close: a closed store holds no reference to the database. (rocksdict's close
+    releases the LOCK even with one left, so the reopen below passes either way; the
+    referents are checked directly.)"""
     manager = open_manager()
     store = manager.store("kv")
     store["k"] = 1
     store.commit()
     assert store.get("k") == 1
-    buffer: Any = store._inner
-    while not hasattr(buffer, "compiled_get_parts"):
-        buffer = buffer.inner
-    _pending, lookup_cell = buffer.compiled_get_parts()
-    assert lookup_cell[0] is not None
+    engine = _engine_of(store)
+    offered: Any = _buffer_of(store).fast_path()
+    lookups = [r for r in gc.get_referents(offered) if callable(r) and not isinstance(r, dict)]
+    assert lookups == [engine.lookup]
     manager.close()
-    assert lookup_cell == [None]
+    assert [r for r in gc.get_referents(offered) if r is not None and not isinstance(r, dict)] == []
     again = open_manager().store("kv")
     assert again.get("k") == 1
     assert store._inner is not None  # the old store object is still alive here
