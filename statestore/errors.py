@@ -6,6 +6,7 @@
     ├── InvalidStoreConfigError      a store, RocksDB or manager setting is rejected (also ValueError)
     ├── StateDirLockedError          another owner (process or thread) holds the state directory
     ├── InvalidStateStoreError       the store is not open (created, restoring, closed or failed)
+    ├── SerdeDefinitionError         a serde refuses a class at construction (a field it cannot keep)
     ├── SerializationError           a key or value cannot be serialized; nothing was written
     ├── RecordTooLargeForLogError    a record would exceed the changelog's max_message_bytes
     ├── DeserializationError         stored bytes cannot be turned back into a key or value
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidStoreConfigError",
     "RecordTooLargeForLogError",
     "RestoreError",
+    "SerdeDefinitionError",
     "SerializationError",
     "StateDirLockedError",
     "StateStoreError",
@@ -73,6 +75,22 @@ class InvalidStoreConfigError(StateStoreError, ValueError):
         super().__init__(f"invalid {setting}={value!r}: {reason}")
         self.setting = setting
         self.value = value
+        self.reason = reason
+
+
+class SerdeDefinitionError(StateStoreError, TypeError):
+    """A serde refuses the class it is built for, before anything is written.
+
+    ``cls`` is the class (``module.qualname``), ``field`` the dotted path of the
+    offending field (``None``: the class itself) and ``reason`` says why and how
+    to fix it.
+    """
+
+    def __init__(self, cls: str, field: str | None, reason: str) -> None:
+        where = cls if field is None else f"{cls} field {field!r}"
+        super().__init__(f"{where}: {reason}")
+        self.cls = cls
+        self.field = field
         self.reason = reason
 
 

@@ -10,7 +10,7 @@ BytesSerde        the bytes themselves (``bytes``, ``bytearray`` and ``memoryvie
 StringSerde       UTF-8 (the default for keys)
 IntSerde          8 bytes, big-endian two's complement with the sign bit flipped
 MsgpackSerde      msgpack with a reused ``Packer`` (the default for values)
-AttrsSerde        an attrs class as a msgpack map of its fields
+AttrsSerde        an attrs class as a msgpack map of its fields (nested attrs fields too)
 ================  ==============================================================
 
 Ordering: range scans follow the serialized key bytes (unsigned, lexicographic,
@@ -26,12 +26,17 @@ every store its own instance.  The other serdes are stateless and thread-safe.
 
 from __future__ import annotations
 
+import collections.abc
 import struct
+import types
+import typing
 from collections.abc import Callable
 from typing import Any, Final, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import attrs
 import msgpack
+
+from statestore.errors import SerdeDefinitionError
 
 __all__ = [
     "AttrsSerde",
@@ -229,53 +234,279 @@ class MsgpackSerde:
         return hash(type(self))
 
 
+_Convert = Callable[[Any], Any]
+
+
 class AttrsSerde(Generic[T]):
     """Instances of one attrs class, as a msgpack map ``{field name: value}``.
 
-    Field values must be msgpack types (nested attrs instances are packed as
-    maps but come back as dicts).  A map lets fields be added later with
-    defaults: old records still load.  Unknown fields in stored data are a
-    ``TypeError`` from the class's ``__init__`` (wrapped by the store).
+    Field values must be msgpack types or attrs instances that the field's
+    annotation declares: a field annotated with an attrs class ``C``,
+    ``C | None``, ``list[C]``, ``tuple[C, ...]``, ``tuple[C, D]``,
+    ``dict[K, C]`` (or ``Sequence``/``Mapping`` of them), at any depth, is
+    packed as a map and comes back as ``C``.  A field whose annotation puts an
+    attrs class where its bytes could not say which class to build (``C | D``,
+    ``C | dict``, a ``set`` or a dict *key* of ``C``) is refused at construction
+    (:class:`~statestore.errors.SerdeDefinitionError` naming the field); an
+    attrs instance in a field whose annotation does not declare it (``Any``,
+    ``object``, ``dict``) is refused when serialized (``TypeError``, wrapped by
+    the store in :class:`~statestore.errors.SerializationError`), never turned
+    into a plain dict without a word.
+
+    A map lets fields be added later with defaults: old records still load.
+    Unknown fields in stored data are a ``TypeError`` from the class's
+    ``__init__`` (wrapped by the store).
+
+    The store records the class by ``name`` (default ``<module>.<qualname>``)
+    in its metadata, and every later open must name the same.  A class defined
+    in ``__main__`` has no name another program can give (a test, the CLI, a
+    second script all see it in another module), so it is refused unless
+    ``name`` is given: move it into a module and import it, or pass
+    ``AttrsSerde(Cart, name="shop.Cart")``.
 
     Thread-safety: not thread-safe (the reused packer); one instance per store.
     """
 
-    def __init__(self, cls: type[T]) -> None:
-        """Serde for instances of the attrs class ``cls``."""
+    def __init__(self, cls: type[T], *, name: str | None = None) -> None:
+        """Serde for instances of the attrs class ``cls``, recorded as ``name`` (class docstring)."""
         if not attrs.has(cls):
-            raise TypeError(f"{cls!r} is not an attrs class")
+            raise SerdeDefinitionError(
+                _class_name(cls), None, "is not an attrs class (use MsgpackSerde or a custom serde)"
+            )
+        if name is None and cls.__module__ == "__main__":
+            raise SerdeDefinitionError(
+                _class_name(cls),
+                None,
+                "is defined in __main__: the store records a value class by its module, and"
+                " __main__ is another module in every other program that opens the store (a"
+                " test, the statestore CLI, a second script), which then gets"
+                " StoreMetadataMismatchError. Move the class into a module and import it from"
+                f" there, or give it a stable name: AttrsSerde({cls.__qualname__},"
+                f' name="myapp.{cls.__qualname__}")',
+            )
         self.cls = cls
+        self.name = name if name is not None else f"{cls.__module__}.{cls.__qualname__}"
+        """The name the store's metadata records for the class."""
         self._names = tuple(f.name for f in attrs.fields(cast(Any, cls)))
-        packer = msgpack.Packer(autoreset=True, use_bin_type=True, default=_nested_attrs)
+        plan = _Plan()
+        self._encoders, self._decoders = plan.fields(cls, cls.__qualname__)
+        packer = msgpack.Packer(autoreset=True, use_bin_type=True, default=_undeclared_attrs)
         self._pack = packer.pack
 
     def serialize(self, obj: T, /) -> bytes:
         """msgpack map of the fields of ``obj`` (which must be an instance of ``cls``)."""
         if not isinstance(obj, self.cls):
             raise TypeError(f"expected {self.cls.__name__}, got {type(obj).__name__}")
-        return cast(bytes, self._pack({name: getattr(obj, name) for name in self._names}))
+        fields = {name: getattr(obj, name) for name in self._names}
+        for name, encode in self._encoders:
+            fields[name] = encode(fields[name])
+        return cast(bytes, self._pack(fields))
 
     def deserialize(self, data: bytes, /) -> T:
-        """A new ``cls`` instance from the stored map."""
+        """A new ``cls`` instance from the stored map (nested attrs fields rebuilt)."""
         fields = msgpack.unpackb(data, raw=False, strict_map_key=False)
         if not isinstance(fields, dict):
             raise TypeError(f"expected a msgpack map, found {type(fields).__name__}")
+        for name, decode in self._decoders:
+            if name in fields:
+                fields[name] = decode(fields[name])
         instance: T = cast(Any, self.cls)(**fields)
         return instance
 
     def __eq__(self, other: object) -> bool:
-        """Equal when serializing the same class."""
-        return isinstance(other, AttrsSerde) and other.cls is self.cls
+        """Equal when serializing the same class under the same name."""
+        return isinstance(other, AttrsSerde) and other.cls is self.cls and other.name == self.name
 
     def __hash__(self) -> int:
         """Hash of the class serialized."""
         return hash((AttrsSerde, self.cls))
 
 
-def _nested_attrs(obj: object) -> object:
+def _class_name(cls: object) -> str:
+    module = getattr(cls, "__module__", "?")
+    return f"{module}.{getattr(cls, '__qualname__', repr(cls))}"
+
+
+def _undeclared_attrs(obj: object) -> object:
+    """The packer's ``default``: only an attrs instance no annotation declared gets here."""
     if attrs.has(type(obj)):
-        return attrs.asdict(cast(Any, obj), recurse=True)
+        raise TypeError(
+            f"a nested {type(obj).__qualname__} instance in a field whose annotation does not"
+            f" declare it: annotate the field with {type(obj).__qualname__} (or a list, tuple,"
+            " dict or Optional of it) so that it comes back as one"
+        )
     raise TypeError(f"can not serialize {type(obj).__name__!r} object")
+
+
+def _mentions_attrs(tp: object) -> bool:
+    if isinstance(tp, type) and attrs.has(tp):
+        return True
+    return any(_mentions_attrs(arg) for arg in typing.get_args(tp))
+
+
+def _needs_convert(tp: object) -> bool:
+    """Whether a value of ``tp`` changes type through msgpack: an attrs class or a tuple."""
+    if tp is tuple or typing.get_origin(tp) is tuple:
+        return True
+    return _mentions_attrs(tp) or any(_needs_convert(arg) for arg in typing.get_args(tp))
+
+
+class _Plan:
+    """Builds the encoders and decoders of nested attrs fields from the annotations.
+
+    Invariants: ``_classes`` maps each attrs class met to its ``(encode, decode)``
+    pair, filled in after its fields, so that a self-referencing class reuses
+    the pair through the ``_Lazy`` cells.
+    """
+
+    def __init__(self) -> None:
+        self._classes: dict[type[Any], tuple[_Lazy, _Lazy]] = {}
+
+    def fields(
+        self, cls: type[Any], path: str
+    ) -> tuple[tuple[tuple[str, _Convert], ...], tuple[tuple[str, _Convert], ...]]:
+        """``((name, encode), ...), ((name, decode), ...)`` for the fields of ``cls`` that need it."""
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - unresolvable annotations: checked when serialized
+            hints = {}
+        encoders, decoders = [], []
+        for field in attrs.fields(cls):
+            tp = hints.get(field.name, field.type)
+            if isinstance(tp, str) or tp is None:
+                continue  # not resolvable: an attrs value there is refused by the packer
+            pair = self.convert(tp, f"{path}.{field.name}", _class_name(cls))
+            if pair is not None:
+                encoders.append((field.name, pair[0]))
+                decoders.append((field.name, pair[1]))
+        return tuple(encoders), tuple(decoders)
+
+    def convert(self, tp: object, path: str, owner: str) -> tuple[_Convert, _Convert] | None:
+        """``(encode, decode)`` of a value of type ``tp``; ``None``: msgpack keeps it as it is.
+
+        Attrs classes are rebuilt, and tuples too (msgpack has one array type).
+        """
+        if not _needs_convert(tp):
+            return None
+        if tp is tuple:
+            return _same, _to_tuple
+        if isinstance(tp, type) and attrs.has(tp):
+            return self._attrs_class(tp, path)
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin in (typing.Union, types.UnionType):
+            rest = [arg for arg in args if arg is not type(None)]
+            if len(rest) == 1:
+                inner = self.convert(rest[0], path, owner)
+                if inner is not None:
+                    enc, dec = inner
+                    return (
+                        lambda v: None if v is None else enc(v),
+                        lambda v: None if v is None else dec(v),
+                    )
+            if not _mentions_attrs(tp):
+                return None  # a tuple among other types: left as msgpack returns it
+            raise SerdeDefinitionError(
+                owner,
+                path,
+                f"its type {tp!r} puts an attrs class in a union with other types; the stored"
+                " map could not say which to build. Use one attrs class (or Optional of it),"
+                " or store it with MsgpackSerde",
+            )
+        if origin in (list, collections.abc.Sequence, collections.abc.MutableSequence) and args:
+            inner = self.convert(args[0], f"{path}[]", owner)
+            if inner is not None:
+                enc, dec = inner
+                return (lambda v: [enc(x) for x in v], lambda v: [dec(x) for x in v])
+        if origin is tuple and args:
+            if len(args) == 2 and args[1] is Ellipsis:
+                inner = self.convert(args[0], f"{path}[]", owner)
+                if inner is None:
+                    return _same, _to_tuple
+                enc, dec = inner
+                return (lambda v: [enc(x) for x in v], lambda v: tuple(dec(x) for x in v))
+            if args != ((),):
+                pairs = [self.convert(arg, f"{path}[{i}]", owner) for i, arg in enumerate(args)]
+                encs = [p[0] if p else _same for p in pairs]
+                decs = [p[1] if p else _same for p in pairs]
+                return (
+                    lambda v: [e(x) for e, x in zip(encs, v, strict=True)],
+                    lambda v: tuple(d(x) for d, x in zip(decs, v, strict=True)),
+                )
+        if origin in (dict, collections.abc.Mapping, collections.abc.MutableMapping) and args:
+            key, value = args
+            if _mentions_attrs(key):
+                raise SerdeDefinitionError(
+                    owner,
+                    path,
+                    f"its type {tp!r} has attrs instances as dict keys; msgpack"
+                    " maps cannot have map keys here: key the dict by a field of the class",
+                )
+            inner = self.convert(value, f"{path}{{}}", owner)
+            if inner is not None:
+                enc, dec = inner
+                return (
+                    lambda v: {k: enc(x) for k, x in v.items()},
+                    lambda v: {k: dec(x) for k, x in v.items()},
+                )
+        if not _mentions_attrs(tp):
+            return None  # a tuple inside a shape left as msgpack returns it
+        raise SerdeDefinitionError(
+            owner,
+            path,
+            f"its type {tp!r} holds attrs instances in a shape this serde cannot rebuild"
+            " (supported: C, C | None, list[C], tuple[C, ...], tuple[C, D], dict[K, C], nested)",
+        )
+
+    def _attrs_class(self, cls: type[Any], path: str) -> tuple[_Convert, _Convert]:
+        known = self._classes.get(cls)
+        if known is not None:
+            return known
+        enc_cell, dec_cell = _Lazy(), _Lazy()
+        self._classes[cls] = (enc_cell, dec_cell)
+        encoders, decoders = self.fields(cls, path)
+        names = tuple(f.name for f in attrs.fields(cls))
+
+        def encode(value: Any) -> dict[str, Any]:
+            if not isinstance(value, cls):
+                raise TypeError(
+                    f"field {path} is declared {cls.__qualname__}, got {type(value).__name__}"
+                )
+            out = {name: getattr(value, name) for name in names}
+            for name, enc in encoders:
+                out[name] = enc(out[name])
+            return out
+
+        def decode(value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise TypeError(
+                    f"field {path}: expected a map for {cls.__qualname__},"
+                    f" found {type(value).__name__}"
+                )
+            for name, dec in decoders:
+                if name in value:
+                    value[name] = dec(value[name])
+            return cls(**value)
+
+        enc_cell.target, dec_cell.target = encode, decode
+        return enc_cell, dec_cell
+
+
+class _Lazy:
+    """A converter filled in after it is handed out (self-referencing classes)."""
+
+    target: _Convert
+
+    def __call__(self, value: Any) -> Any:
+        return self.target(value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _to_tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def serde_for_type(tp: type[Any]) -> Serde[Any]:

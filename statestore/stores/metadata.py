@@ -115,7 +115,7 @@ def serde_identity(serde: Serde[Any]) -> str:
     """The name recorded for ``serde``: what the bytes on disk mean.
 
     Built-ins: ``bytes``, ``string`` (UTF-8), ``int64`` (ordered 8 bytes),
-    ``msgpack``, ``attrs:<module>.<class>``.  Any other serde: its
+    ``msgpack``, ``attrs:<name>`` (``AttrsSerde.name``: ``<module>.<class>`` unless given).  Any other serde: its
     ``serde_id`` attribute when it has one (a string; let two classes that
     read the same bytes share it, or bump it when the format changes), else
     ``<module>.<class>`` of its type.
@@ -129,7 +129,7 @@ def serde_identity(serde: Serde[Any]) -> str:
     if type(serde) is MsgpackSerde:
         return "msgpack"
     if isinstance(serde, AttrsSerde):
-        return f"attrs:{serde.cls.__module__}.{serde.cls.__qualname__}"
+        return f"attrs:{serde.name}"
     custom = getattr(serde, "serde_id", None)
     if isinstance(custom, str) and custom:
         return custom

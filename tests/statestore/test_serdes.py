@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from statestore import StateManager
+from statestore.errors import SerdeDefinitionError
 from statestore.serdes import (
     AttrsSerde,
     BytesSerde,
@@ -17,6 +21,7 @@ from statestore.serdes import (
     StringSerde,
     serde_for_type,
 )
+from statestore.stores.metadata import read_metadata
 
 
 @attrs.frozen
@@ -155,3 +160,145 @@ def test_msgpack_batch_decoder_raises_for_a_bad_value() -> None:
     with pytest.raises(msgpack.FormatError):  # 0xc1 is never used in msgpack
         serde.unpack_many([good, b"\xc1"])
     assert serde.unpack_many([good, good]) == [{1: "int key"}] * 2
+
+
+# --------------------------------------------------------------------------- nested attrs classes
+
+
+@attrs.frozen
+class Item:
+    sku: str
+    quantity: int
+
+
+@attrs.frozen
+class Address:
+    city: str
+    lines: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Cart:
+    owner: str
+    items: list[Item]
+    shipping: Address | None = None
+    by_sku: dict[str, Item] = attrs.field(factory=dict)
+    pair: tuple[Item, int] | None = None
+    history: tuple[Address, ...] = ()
+
+
+@attrs.frozen
+class Node:
+    label: str
+    children: list[Node] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class Loose:
+    anything: object
+
+
+def test_nested_attrs_values_come_back_as_attrs_instances() -> None:
+    serde = AttrsSerde(Cart)
+    cart = Cart(
+        "alice",
+        [Item("a", 1), Item("b", 2)],
+        Address("Oslo", ("1 Main St",)),
+        {"a": Item("a", 1)},
+        (Item("c", 3), 7),
+        (Address("Bergen"),),
+    )
+    back = serde.deserialize(serde.serialize(cart))
+    assert back == cart
+    assert type(back.items[0]) is Item
+    assert type(back.shipping) is Address
+    assert type(back.by_sku["a"]) is Item
+    assert back.pair is not None and type(back.pair[0]) is Item
+    assert serde.deserialize(serde.serialize(Cart("bob", []))) == Cart("bob", [])
+
+
+def test_a_self_referencing_attrs_class_round_trips() -> None:
+    serde = AttrsSerde(Node)
+    tree = Node("root", [Node("a", [Node("a1")]), Node("b")])
+    assert serde.deserialize(serde.serialize(tree)) == tree
+
+
+def test_a_field_of_the_wrong_declared_class_is_refused_when_serialized() -> None:
+    serde = AttrsSerde(Cart)
+    with pytest.raises(TypeError, match=r"field Cart.items\[\] is declared Item, got dict"):
+        serde.serialize(Cart("x", [{"sku": "a", "quantity": 1}]))  # type: ignore[list-item]
+
+
+def test_an_undeclared_nested_attrs_value_is_refused_not_turned_into_a_dict() -> None:
+    serde = AttrsSerde(Loose)
+    assert serde.deserialize(serde.serialize(Loose({"a": 1}))) == Loose({"a": 1})
+    with pytest.raises(TypeError, match="annotate the field with Item"):
+        serde.serialize(Loose(Item("a", 1)))
+
+
+@attrs.frozen
+class Ambiguous:
+    either: Item | Address
+
+
+@attrs.frozen
+class KeyedByItem:
+    counts: dict[Item, int]
+
+
+@attrs.frozen
+class SetOfItems:
+    items: frozenset[Item]
+
+
+@pytest.mark.parametrize(
+    ("cls", "field"),
+    [
+        (Ambiguous, "Ambiguous.either"),
+        (KeyedByItem, "KeyedByItem.counts"),
+        (SetOfItems, "SetOfItems.items"),
+    ],
+)
+def test_shapes_that_cannot_be_rebuilt_are_refused_at_construction(
+    cls: type[object], field: str
+) -> None:
+    with pytest.raises(SerdeDefinitionError) as refused:
+        AttrsSerde(cls)
+    assert refused.value.field == field
+    assert refused.value.cls.endswith(cls.__qualname__)
+
+
+def test_a_class_defined_in_main_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    @attrs.frozen
+    class Order:
+        total: int
+
+    monkeypatch.setattr(Order, "__module__", "__main__")
+    with pytest.raises(SerdeDefinitionError) as refused:
+        AttrsSerde(Order)
+    message = str(refused.value)
+    assert "is defined in __main__" in message
+    assert "Move the class into a module" in message
+    assert 'name="myapp.' in message
+    named = AttrsSerde(Order, name="shop.Order")
+    assert named.name == "shop.Order"
+    assert named.deserialize(named.serialize(Order(3))) == Order(3)
+
+
+def test_store_round_trips_nested_attrs_through_restore(tmp_path: Path) -> None:
+    with StateManager(tmp_path / "state") as manager:
+        carts = manager.store("carts", value_type=Cart)
+        carts.put("alice", Cart("alice", [Item("a", 1)], Address("Oslo")))
+        manager.commit()
+    with StateManager(tmp_path / "state") as manager:  # restored by replaying the changelog
+        back = manager.store("carts", value_type=Cart).get("alice")
+    assert back == Cart("alice", [Item("a", 1)], Address("Oslo"))
+    assert type(back.items[0]) is Item
+
+
+def test_the_recorded_name_is_the_serde_s_name(tmp_path: Path) -> None:
+    with StateManager(tmp_path / "state") as manager:
+        manager.store("named", value_serde=AttrsSerde(Item, name="shop.Item"))
+    meta = read_metadata(tmp_path / "state", "named")
+    assert meta is not None
+    assert "attrs:shop.Item" in str(meta)
