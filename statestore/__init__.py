@@ -29,6 +29,7 @@ from statestore.migrate import migrate_store
 from statestore.partitioner import murmur2, partition_for
 from statestore.serdes import AttrsSerde, BytesSerde, IntSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.lifecycle import StoreState
+from statestore.stores.reader import StoreReader
 from statestore.stores.restore import RestoreProgress, RestoreResult, StateRestoreListener
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import TransactionCoordinator
@@ -63,6 +64,7 @@ __all__ = [
     "StoreLayoutError",
     "StoreMetadataError",
     "StoreMetadataMismatchError",
+    "StoreReader",
     "StoreState",
     "StringSerde",
     "TransactionCoordinator",

@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "statestore.stores.metadata": 11,
     "statestore.stores.engine": 12,
     "statestore.stores.restore": 13,
+    "statestore.stores.reader": 13,
     "statestore.stores.change_logging": 14,
     "statestore.stores.buffer": 15,
     "statestore.txn": 15,

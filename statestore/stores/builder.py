@@ -23,7 +23,9 @@ For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
 Then route over the partitions with a
 :class:`~statestore.stores.partitioned.PartitionedStore` when there are
 several, and put the typed :class:`~statestore.stores.typed.KeyValueStore`
-(serdes, once, at the top) on the result.  Each layer receives the finished
+(serdes, once, at the top) on the result, with its
+:class:`~statestore.stores.reader.StoreReader` (the committed state of the
+partitions' engines, for other threads) beside it.  Each layer receives the finished
 layer below it in its constructor and closes it in its ``close``; nothing
 is attached later.  Nothing else constructs these layers.
 
@@ -56,6 +58,7 @@ from statestore.stores.bytes_store import BytesStore
 from statestore.stores.change_logging import ChangeLoggingStore
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.partitioned import PartitionedStore
+from statestore.stores.reader import StoreReader
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener, open_engine
 from statestore.stores.spec import StoreSpec
 from statestore.stores.typed import KeyValueStore
@@ -95,6 +98,7 @@ def build_store(
     of RocksDB's applied offset against the changelog.
     """
     buffers: list[WriteBuffer] = []
+    engines: list[RocksDBEngine] = []
     layers: list[BytesStore] = []
     results: list[RestoreResult] = []
     fast_path: Pending | None = None
@@ -118,6 +122,7 @@ def build_store(
             )
             buffer = WriteBuffer(part)
             buffers.append(buffer)
+            engines.append(part.engine)
             if meter is not None:
                 meter.watch_log(part.changelog)
             result = part.restore(
@@ -149,6 +154,13 @@ def build_store(
         max_record_bytes=spec.max_record_bytes,
         committer=coordinator,
         fast_path=fast_path,
+        reader=StoreReader(
+            name=spec.name,
+            engines=engines,
+            key_serde=spec.key_serde,
+            value_serde=spec.value_serde,
+            visibility=coordinator.visibility,
+        ),
     )
     return store, results
 

@@ -37,6 +37,26 @@ Lifecycle: ``open`` (from :meth:`RocksDBEngine.open`) -> ``closed``.
 Thread-safety: reads and writes are thread-safe (RocksDB is); :meth:`close`
 must not race with other calls: the owning store serializes them.  Iterators
 hold RocksDB open: exhaust or drop them before closing.
+
+Read consistency (what concurrent readers rely on, :mod:`statestore.stores.reader`):
+every write is one ``WriteBatch``, and RocksDB makes a batch visible to reads
+all at once (it publishes the batch's last sequence number after inserting the
+whole batch), so each read below sees every write whole or not at all:
+
+* :meth:`RocksDBEngine.get`: one key, as of the call;
+* :meth:`RocksDBEngine.get_many`: RocksDB's ``MultiGet`` (rocksdict's list
+  get), one implicit snapshot for all keys;
+* :meth:`RocksDBEngine.items`: a RocksDB iterator, created when ``items`` is
+  called (rocksdict creates and seeks it eagerly), pins an implicit snapshot:
+  the scan sees the store as of that call to the end, whatever is written
+  while it runs, and stays valid across writes and memtable flushes;
+* :meth:`RocksDBEngine.view`: a point-in-time view (a RocksDB iterator) for
+  lookups of several keys as of one earlier moment (a reader of several
+  partitions opens one view per partition at one moment, then reads them).
+
+rocksdict 0.3.29's ``Snapshot`` serves point reads at its sequence number but
+its iterators ignore it (:meth:`RocksDBEngine._check_scan_end`), so the
+engine's consistent scans and views use iterators' own implicit snapshots.
 """
 
 from __future__ import annotations
@@ -60,6 +80,7 @@ from statestore.errors import InvalidStateStoreError, StateStoreError, StoreEngi
 __all__ = [
     "LEVEL0_COMPACTION_TRIGGER",
     "META_COLUMN_FAMILY",
+    "EngineView",
     "RocksDBEngine",
     "new_block_cache",
     "rocksdb_options",
@@ -299,6 +320,17 @@ class RocksDBEngine:
         except Exception as exc:
             raise self.read_error(exc, "get") from exc
         return values
+
+    def view(self) -> EngineView:
+        """A point-in-time view of the data: lookups as of this call, whatever is written after.
+
+        Cheap to open (one RocksDB iterator, ~1 us); it pins the memtables and
+        files it reads until dropped, so drop it when done.
+        """
+        self._check_open("view")
+        with _EngineErrors(self._path, "view"):
+            iterator = self._db.iter()
+        return EngineView(self, iterator)
 
     def applied_offset(self) -> int | None:
         """The next changelog offset to apply, as stored with the data (``None``: never written)."""
@@ -662,3 +694,46 @@ class RocksDBEngine:
                 logger.debug("%s: RocksDB close after cancel: %s", self._label, exc)
             del db
         logger.debug("%s: closed RocksDB at %s", self._label, self._path)
+
+
+class EngineView:
+    """A point-in-time view of one engine's data (see :meth:`RocksDBEngine.view`).
+
+    Invariants: ``_iterator`` is a RocksDB iterator created by the view's
+    engine; every lookup reads at the implicit snapshot it pinned when created.
+
+    Thread-safety: not thread-safe (one iterator moved by every lookup); a
+    caller that shares a view holds a lock around its lookups.
+    """
+
+    __slots__ = ("_engine", "_iterator")
+
+    def __init__(self, engine: RocksDBEngine, iterator: Any) -> None:
+        """Use :meth:`RocksDBEngine.view`."""
+        self._engine = engine
+        self._iterator = iterator
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The values of ``keys`` (``None`` where absent) as of the view's moment, in order.
+
+        One seek per key.  A RocksDB error, or a closed engine, raises the
+        engine's typed error (:meth:`RocksDBEngine.read_error`).
+        """
+        it = self._iterator
+        values: list[bytes | None] = []
+        append = values.append
+        try:
+            for key in keys:
+                it.seek(key)
+                if it.valid() and it.key() == key:
+                    append(it.value())
+                else:
+                    it.status()  # raises RocksDB's error if the seek stopped on one
+                    append(None)
+        except Exception as exc:
+            raise self._engine.read_error(exc, "get") from exc
+        return values
+
+    def close(self) -> None:
+        """Release the iterator (and what it pins); idempotent."""
+        self._iterator = None

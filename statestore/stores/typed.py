@@ -35,8 +35,11 @@ Invariants: ``_state`` is one of :class:`StoreState` and only moves along
 is ``open`` and is closed (or abandoned) exactly when ``_state`` becomes
 ``closed``.
 
-Thread-safety: not thread-safe; one thread uses a store at a time (like a
-Kafka Streams stream thread).  Only the state check is read from other
+Thread-safety: not thread-safe; one thread, the store's writer, uses a store
+at a time (like a Kafka Streams stream thread), and its reads include its
+buffered writes.  Other threads read the committed state through
+:meth:`KeyValueStore.reader` (thread-safe, never the pending writes:
+:mod:`statestore.stores.reader`).  Only the state check is read from other
 threads (by the manager at close).
 """
 
@@ -65,6 +68,7 @@ from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.bytes_store import BytesStore, prefix_upper_bound
 from statestore.stores.lifecycle import StoreState, move
 from statestore.stores.participant import Committer, Participant
+from statestore.stores.reader import StoreReader
 
 if TYPE_CHECKING:
     from statestore.stores._put import Pending
@@ -223,11 +227,13 @@ class KeyValueStore(Generic[K, V]):
         value_serde: Serde[V],
         max_record_bytes: int,
         committer: Committer,
+        reader: StoreReader[K, V],
         fast_path: Pending | None = None,
     ) -> None:
         """An open store over ``inner`` (restored; owned from here on: :meth:`close` closes it).
 
-        ``committer`` (the manager's transaction coordinator) commits it.
+        ``committer`` (the manager's transaction coordinator) commits it;
+        ``reader`` is handed out by :meth:`reader`.
         ``fast_path`` is the compiled put and get of the write buffer that
         ``inner`` is or passes every put and get straight to (its
         :meth:`~statestore.stores.buffer.WriteBuffer.fast_path`), granted by
@@ -254,6 +260,7 @@ class KeyValueStore(Generic[K, V]):
         self._max_record_bytes = max_record_bytes
         self._inner = inner
         self._committer = committer
+        self._reader = reader
         self._inner_get = inner.get
         self._inner_put: Callable[[bytes, bytes | None], None] = inner.put
         self._changelogs: tuple[Log, ...] = inner.changelogs
@@ -316,6 +323,19 @@ class KeyValueStore(Generic[K, V]):
     def changelogs(self) -> tuple[Log, ...]:
         """The changelog partitions, indexed by partition number (always a tuple)."""
         return self._changelogs
+
+    def reader(self) -> StoreReader[K, V]:
+        """The store's committed state for other threads: thread-safe, never the pending writes.
+
+        Any number of threads may read through it while this store's writer
+        buffers and commits; each call is consistent as of one moment and
+        never waits for a commit's fsync (:mod:`statestore.stores.reader`).
+        The store's own reads (:meth:`get`, :meth:`range`, ...) are the
+        writer's: they include its buffered writes.
+        """
+        if self._state is not _OPEN:
+            raise self._not_open("reader")
+        return self._reader
 
     def _move(self, state: StoreState, operation: str) -> None:
         self._state = move(self._name, self._state, state, operation)

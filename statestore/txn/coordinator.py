@@ -109,7 +109,9 @@ holds): their T2 fsyncs overlap and their T3 records share the decision
 log's group-commit fsyncs.  Each participant's ``commit_lock`` serializes
 commits of one partition (taken in (store, partition) order: no deadlock);
 ``_lock`` guards ``_waiting``, the coordinator's log appends and ``_failed``,
-and is never held across an fsync.  Inside one transaction the T1 appends
+and is never held across an fsync; :attr:`~TransactionCoordinator.visibility`
+is held across T5 (RocksDB writes only) and by multi-partition readers while
+they open their views.  Inside one transaction the T1 appends
 run one after the other (page-cache writes; only T2's fsyncs are overlapped).
 Decisions interleave safely because each record, appended under ``_lock``,
 lists every committed part still waiting (its own and earlier ones): the
@@ -260,6 +262,11 @@ class TransactionCoordinator:
         self._failed: BaseException | None = None
         self.scopes = TransactionScopes()
         """The open ``manager.transaction()`` blocks of every thread and the stores they own."""
+        self.visibility = threading.Lock()
+        """Held while T5 applies a transaction's partitions to RocksDB, so that a reader of
+        several partitions (:mod:`statestore.stores.reader`) opens its views of them either
+        before or after the transaction, never between two of its partitions.  Never held
+        across an fsync; a one-batch commit does not take it."""
         self._label = f"[txn {log.dir}]"
         self.fault_hook: FaultHook | None = None
         """Called after each numbered step (:data:`COMMIT_STEPS`, :data:`RECOVERY_STEPS`);
@@ -526,12 +533,13 @@ class TransactionCoordinator:
             if len(applied) + len(errors) == 1:
                 self._step("T4.1")
         self._step("T4")
-        for member, records, end in applied:  # T5
-            try:
-                member.apply(records, end)
-            except Exception as exc:  # noqa: BLE001 - raised after the others are applied
-                errors.append(exc)
-            member.forget(records)
+        with self.visibility:  # readers of several partitions see all of T5 or none of it
+            for member, records, end in applied:  # T5
+                try:
+                    member.apply(records, end)
+                except Exception as exc:  # noqa: BLE001 - raised after the others are applied
+                    errors.append(exc)
+                member.forget(records)
         self._step("T5")
         if errors:
             raise errors[0]
