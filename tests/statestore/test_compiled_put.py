@@ -154,6 +154,7 @@ def test_a_subclass_that_overrides_put_keeps_its_put(open_manager: OpenManager) 
         value_serde=MsgpackSerde(),
         max_record_bytes=store._max_record_bytes,
         committer=store._committer,
+        reader=store.reader(),
     )
     assert "put" not in vars(counting)  # no compiled put over an overridden one
     counting.put(b"k", 1)
