@@ -253,9 +253,12 @@ def commit_tasks(
         _drop(stores)
         error = _error_of(exc)
         if error is None:
+            # Not a KafkaException: confluent-kafka surfaces a fatal producer error met
+            # inside a delivery callback as SystemError, for one.  Aborted and typed; a
+            # producer that is really gone fails the next begin_transaction as fenced.
             if in_transaction:
                 _abort_quietly(producer, left())
-            raise
+            raise TransactionAbortedError("commit", type(exc).__name__, str(exc)) from exc
         name, reason = _describe(error)
         if eos and _fenced(error):
             raise ProducerFencedError("commit", name, reason) from exc

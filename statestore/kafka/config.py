@@ -128,6 +128,13 @@ class ProcessorConfig:
     """``commit.interval.ms``: how often the pending work is committed."""
     commit_every_records: int = attrs.field(default=10_000, validator=_at_least(1))
     """Commit early after this many processed input records."""
+    commit_attempts: int = attrs.field(default=5, validator=_at_least(1))
+    """Commits that may fail in a row before the processor stops with ``CommitFailedError``
+    (a failure that cannot heal, such as an authorization error, stops it at once)."""
+    commit_retry_backoff_ms: int = attrs.field(default=100, validator=_at_least(0))
+    """Wait before the commit after a failed one, doubled per failure in a row."""
+    commit_retry_backoff_max_ms: int = attrs.field(default=5000, validator=_at_least(0))
+    """The most the wait after failed commits grows to."""
     transaction_timeout_ms: int = attrs.field(default=10_000, validator=_at_least(1000))
     """``transaction.timeout.ms``: how long a dead process's open transaction blocks
     ``read_committed`` readers of its partitions (Kafka Streams uses 10 s under EOS)."""

@@ -49,7 +49,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -62,6 +62,7 @@ from statestore.kafka.commit import (
 )
 from statestore.kafka.config import ProcessorConfig
 from statestore.kafka.errors import (
+    CommitFailedError,
     KafkaClientError,
     ProcessingError,
     ProcessorFailedError,
@@ -95,9 +96,28 @@ from statestore.kafka.topics import (
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.restore import StateRestoreListener
 
-__all__ = ["Processor", "ProcessorContext", "TaskRestored"]
+__all__ = ["FATAL_COMMIT_CODES", "Processor", "ProcessorContext", "TaskRestored"]
 
 logger = logging.getLogger(__name__)
+
+FATAL_COMMIT_CODES: Final = frozenset(
+    {
+        "TOPIC_AUTHORIZATION_FAILED",
+        "GROUP_AUTHORIZATION_FAILED",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "CLUSTER_AUTHORIZATION_FAILED",
+        "SASL_AUTHENTICATION_FAILED",
+        "_AUTHENTICATION",
+        "FENCED_INSTANCE_ID",
+        "_FATAL",
+        "UNSUPPORTED_VERSION",
+        "UNSUPPORTED_FOR_MESSAGE_FORMAT",
+        "MESSAGE_TOO_LARGE",
+        "RECORD_LIST_TOO_LARGE",
+        "_MSG_SIZE_TOO_LARGE",
+    }
+)
+"""librdkafka error names of a commit failure that no retry heals: the processor stops at once."""
 
 
 @attrs.frozen(kw_only=True)
@@ -224,6 +244,11 @@ class Processor:
         """Exceptions ``process()`` raised (each abandoned the open transaction)."""
         self._fatal: BaseException | None = None
         self._abandoned = False
+        self._failed_commits = 0
+        self._commit_backoff_s = 0.0
+        self._known_topics: set[str] = set(config.output_topics)
+        if config.dead_letter_queue_topic is not None:
+            self._known_topics.add(config.dead_letter_queue_topic)
         self._last_poll = time.monotonic()
 
     # -- setup -------------------------------------------------------------------------
@@ -584,8 +609,12 @@ class Processor:
         context = self._context
         process = self._process
         for message in messages:
-            if message.error() is not None:
-                logger.warning("consume: %s", message.error())
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    self._fatal = KafkaClientError("consume", error.name(), error.str())
+                    raise self._fatal
+                logger.warning("consume: %s", error)
                 continue
             task = self._tasks.get(message.partition())
             if task is None:
@@ -608,8 +637,11 @@ class Processor:
         self._processed_since_commit += processed
         if self._standby is not None:
             self._tend_standbys()
-        due = (time.monotonic() - self._last_commit) * 1000 >= self._config.commit_interval_ms
-        if due or self._processed_since_commit >= self._config.commit_every_records:
+        since_s = time.monotonic() - self._last_commit
+        due = since_s * 1000 >= self._config.commit_interval_ms
+        if (
+            due or self._processed_since_commit >= self._config.commit_every_records
+        ) and since_s >= self._commit_backoff_s:
             self._commit(timeout_s=self._config.transaction_timeout_ms / 1000 * 0.8, swallow=True)
         return processed
 
@@ -682,6 +714,13 @@ class Processor:
         )
 
     def _commit(self, *, timeout_s: float, swallow: bool) -> CommitResult | None:
+        """Commit every task; on failure drop, rewind and count (see :meth:`_commit_failed`).
+
+        ``swallow``: a failure that may heal is logged and retried at the next
+        due commit (after a backoff); one that will not, or ``commit_attempts``
+        failures in a row, raise :class:`CommitFailedError`.  Without
+        ``swallow`` every failure raises.
+        """
         self._last_commit = time.monotonic()
         self._processed_since_commit = 0
         offsets = self._pending_offsets()
@@ -696,6 +735,7 @@ class Processor:
             return None
         outputs, self._outputs = self._outputs, []
         try:
+            self._check_output_topics(outputs)
             result = commit_tasks(
                 self._producer,
                 guarantee=self._config.processing_guarantee,
@@ -708,24 +748,11 @@ class Processor:
                 wall_clock_ms=self._wall_clock_ms,
                 fault_hook=self._fault_hook,
             )
-        except (TransactionAbortedError, ProducerFencedError) as exc:
-            self.aborted += 1
-            self.last_commit_error = exc
-            logger.warning("commit failed, inputs rewound: %s", exc)
-            self._rewind_all()
-            if isinstance(exc, ProducerFencedError):
-                self._replace_producer()
-            if not swallow:
-                raise
-            return None
         except KafkaClientError as exc:
-            self.aborted += 1
-            self.last_commit_error = exc
-            logger.warning("commit failed, inputs rewound: %s", exc)
-            self._rewind_all()
-            if not swallow:
-                raise
+            self._commit_failed(exc, swallow=swallow)
             return None
+        self._failed_commits = 0
+        self._commit_backoff_s = 0.0
         for task in self._tasks.values():
             task.committed = dict(task.positions)
             if task.skip:
@@ -738,6 +765,64 @@ class Processor:
         if self._on_commit is not None:
             self._on_commit(result)
         return result
+
+    def _commit_failed(self, exc: KafkaClientError, *, swallow: bool) -> None:
+        """Drop, rewind, count; replace a fenced producer; stop on a failure that will not heal."""
+        self.aborted += 1
+        self._failed_commits += 1
+        self.last_commit_error = exc
+        self._drop_all()
+        self._rewind_all()
+        attempts = self._config.commit_attempts
+        fatal = exc.code in FATAL_COMMIT_CODES or self._failed_commits >= attempts
+        logger.warning(
+            "commit failed (%s of %s in a row%s), inputs rewound: %s",
+            self._failed_commits,
+            attempts,
+            ", will not heal" if fatal else "",
+            exc,
+        )
+        if not fatal and isinstance(exc, ProducerFencedError):
+            try:
+                self._replace_producer()
+            except KafkaClientError as replaced:
+                exc, fatal = replaced, True
+        if fatal:
+            self._fatal = CommitFailedError(
+                exc.operation, exc.code, exc.reason, self._failed_commits
+            )
+            raise self._fatal from exc
+        base_s = self._config.commit_retry_backoff_ms / 1000
+        self._commit_backoff_s = min(
+            base_s * 2 ** (self._failed_commits - 1),
+            self._config.commit_retry_backoff_max_ms / 1000,
+        )
+        if not swallow:
+            raise exc
+
+    def _check_output_topics(self, outputs: Sequence[OutputRecord]) -> None:
+        """A topic an output goes to must exist (asked once per topic): else the commit fails.
+
+        Without this check librdkafka holds the records until the flush times
+        out, and the failure reads ``_TIMED_OUT``.
+        """
+        unknown = {record.topic for record in outputs} - self._known_topics
+        for topic in sorted(unknown):
+            try:
+                metadata = self._producer.list_topics(topic, timeout=10)
+            except Exception as exc:
+                raise TransactionAbortedError(
+                    "describe output topic", "_TRANSPORT", str(exc)
+                ) from exc
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None:
+                raise TransactionAbortedError(
+                    "produce",
+                    "UNKNOWN_TOPIC_OR_PART",
+                    f"output topic {topic!r} does not exist"
+                    + ("" if found is None else f" ({found.error})"),
+                )
+            self._known_topics.add(topic)
 
     def _group_metadata(self) -> Any:
         """The consumer's group metadata for step 4 of the commit, unless the member has left.
@@ -828,23 +913,31 @@ class Processor:
         return self._fatal is None and not self._abandoned
 
     def _close(self, *, commit: bool) -> None:
-        if self._consumer is not None:
-            try:
-                if self._tasks and commit:
-                    self._commit(timeout_s=self._config.transaction_timeout_ms / 1000, swallow=True)
-                self._consumer.close()
-            finally:
-                self._consumer = None
-        self._close_tasks(list(self._tasks), caught_up=commit)
-        if self._standby is not None:
-            self._standby.close()
-            self._standby = None
-        if self._restore_consumer is not None:
-            self._restore_consumer.close()
-            self._restore_consumer = None
-        if self._producer is not None:
-            self._producer.flush(5)
-            self._producer = None
+        """Commit (if ``commit``), leave the group, close tasks and clients; raise the commit's
+        error (if it failed for good) only once everything is closed."""
+        try:
+            if self._consumer is not None:
+                try:
+                    if self._tasks and commit:
+                        self._commit(
+                            timeout_s=self._config.transaction_timeout_ms / 1000, swallow=True
+                        )
+                finally:
+                    try:
+                        self._consumer.close()  # the revoke callback uses self._consumer
+                    finally:
+                        self._consumer = None
+        finally:
+            self._close_tasks(list(self._tasks), caught_up=commit and self._may_commit)
+            if self._standby is not None:
+                self._standby.close()
+                self._standby = None
+            if self._restore_consumer is not None:
+                self._restore_consumer.close()
+                self._restore_consumer = None
+            if self._producer is not None:
+                self._producer.flush(5)
+                self._producer = None
 
     @property
     def assignment(self) -> list[int]:

@@ -1,0 +1,137 @@
+"""Commit failures on a real broker are visible: a typed error after bounded attempts, never a
+silent loop; a refused start changes nothing; a commit larger than the producer's queue works."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from scripts.kafka.broker import KafkaBroker
+from statestore.kafka import (
+    ChangelogTopicMismatchError,
+    CommitFailedError,
+    KafkaClientError,
+    KafkaStoreSpec,
+    Processor,
+    ProcessorContext,
+    ProcessorFailedError,
+    changelog_topic_name,
+)
+from tests.kafka.cluster.oracle import App, restart_and_check, run_until
+
+
+@pytest.fixture
+def app_factory(cluster: KafkaBroker) -> Callable[..., App]:
+    return lambda name, **kw: App(cluster.bootstrap_servers, name, **kw)
+
+
+def _poll_until_commit_fails(processor: Processor, timeout_s: float = 90) -> CommitFailedError:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            processor.poll_once(0.1)
+        except CommitFailedError as exc:
+            return exc
+    raise AssertionError(f"no CommitFailedError in {timeout_s}s")
+
+
+def test_a_missing_output_topic_stops_the_processor_with_a_typed_error(
+    app_factory: Callable[..., App], tmp_path: Path
+) -> None:
+    app = app_factory("cfail-topic")
+    app.feed(50)
+    missing = f"{app.name}-nowhere"
+
+    def process(context: ProcessorContext, message: Any) -> None:
+        context.store("sums").put(message.key().decode(), 1)
+        context.send(missing, message.key(), b"x")
+
+    processor = Processor(
+        app.config(commit_retry_backoff_ms=10),
+        tmp_path,
+        [KafkaStoreSpec(name="sums")],
+        process,
+    )
+    with processor:
+        error = _poll_until_commit_fails(processor)
+        assert error.code == "UNKNOWN_TOPIC_OR_PART"
+        assert missing in error.reason
+        assert error.attempts == 5 and processor.aborted == 5
+        with pytest.raises(ProcessorFailedError) as refused:
+            processor.poll_once(0.1)
+        assert refused.value.error is error
+    assert not app.committed_end(), "no input offset was committed"
+    assert app.read(changelog_topic_name(app.name, "sums")) == []
+
+
+def test_two_processes_with_one_instance_id_do_not_fence_each_other_silently(
+    app_factory: Callable[..., App], tmp_path: Path
+) -> None:
+    app = app_factory("cfail-dup")
+    first = app.processor(tmp_path / "a")
+    second = app.processor(tmp_path / "b")  # the same instance_id: the same transactional.id
+    failed: list[BaseException] = []
+    with first, second:
+        deadline = time.monotonic() + 120
+        while not failed:
+            assert time.monotonic() < deadline, "the duplicate instance was never reported"
+            app.feed(20)
+            for processor in (first, second):
+                try:
+                    processor.poll_once(0.1)
+                except (CommitFailedError, ProcessorFailedError, KafkaClientError) as exc:
+                    failed.append(exc)
+    assert isinstance(failed[0], KafkaClientError), failed
+    print(f"duplicate instance reported as {failed[0]!r}")
+
+
+def test_a_refused_start_leaves_the_topic_list_unchanged(
+    app_factory: Callable[..., App], tmp_path: Path
+) -> None:
+    app = app_factory("cfail-refused")
+    admin = AdminClient({"bootstrap.servers": app.bootstrap})
+    wrong = changelog_topic_name(app.name, "b")
+    admin.create_topics([NewTopic(wrong, num_partitions=1, config={"cleanup.policy": "compact"})])[
+        wrong
+    ].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while wrong not in (before := set(admin.list_topics(timeout=30).topics)):
+        assert time.monotonic() < deadline, "the topic never showed in the metadata"
+    processor = Processor(
+        app.config(),
+        tmp_path,
+        [KafkaStoreSpec(name="a"), KafkaStoreSpec(name="b")],
+        lambda _context, _message: None,
+    )
+    with pytest.raises(ChangelogTopicMismatchError) as refused:
+        processor.start()
+    assert refused.value.topic == wrong and refused.value.setting == "partitions"
+    assert set(admin.list_topics(timeout=30).topics) == before, "a topic was created"
+    processor.close()
+
+
+def test_a_commit_of_more_than_100k_records(
+    app_factory: Callable[..., App], tmp_path: Path
+) -> None:
+    # 60k inputs in one transaction: 60k changelog records + 60k outputs, more than
+    # librdkafka's default queue (queue.buffering.max.messages = 100,000).
+    app = app_factory("cfail-big", keys=50_000)
+    app.feed(60_000)
+    results: list[Any] = []
+    processor = app.processor(
+        tmp_path,
+        on_commit=results.append,
+        commit_interval_ms=600_000,
+        transaction_timeout_ms=900_000,
+        commit_every_records=60_000,
+        poll_records=5000,
+    )
+    with processor:
+        run_until(lambda: processor.poll_once(0.1), lambda: bool(results), timeout_s=180)
+    assert results[0].changelog_records + results[0].outputs > 100_000
+    restart_and_check(app, tmp_path)
