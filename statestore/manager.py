@@ -188,6 +188,7 @@ class StateManager:
         except BaseException:
             self._dir_lock.release()
             raise
+        self._coordinator.scopes.on_owner = self._own_writes
         self._cache = new_block_cache(self._config.block_cache_size_bytes)
         self._cleaner: CleanerService | None = None
         if self._config.run_cleaner:
@@ -492,7 +493,9 @@ class StateManager:
         every write of the commit is visible after restore or none is; the
         decision is durable before this returns.  Stores owned by another
         thread's scoped ``transaction(...)`` block are left to that block
-        (:mod:`statestore.txn.scope`).  Inside ``with manager.transaction():``
+        (:mod:`statestore.txn.scope`); this thread cannot have written them
+        meanwhile (such a write raises :class:`InvalidStateStoreError`), so every
+        write the caller buffered is committed when this returns.  Inside ``with manager.transaction():``
         on this thread it raises :class:`InvalidStateStoreError` (the block
         commits at its end).  On a :class:`~statestore.errors.CommitFailedError`
         the stores whose partitions failed are ``failed`` (reopen them).
@@ -599,6 +602,14 @@ class StateManager:
                 self._commit(self._open_stores(sorted(block.stores)))
                 return
         self._commit_free()
+
+    def _own_writes(self, name: str, thread: int | None) -> None:
+        """The scopes' ``on_owner``: the store refuses writes from threads other than its
+        owning block's (:meth:`KeyValueStore.own_writes`).  Under the scopes' lock; reads
+        ``_stores`` without ``_lock`` (a dict lookup; a block owns only open stores)."""
+        store = self._stores.get(name)
+        if store is not None:
+            store.own_writes(thread)
 
     def _store_name(self, store: KeyValueStore[Any, Any]) -> str:
         """The name of ``store``, an open store of this manager (else a typed error)."""

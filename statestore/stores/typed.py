@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
@@ -266,11 +267,16 @@ class KeyValueStore(Generic[K, V]):
         self._changelogs: tuple[Log, ...] = inner.changelogs
         self._state = StoreState.OPEN
         self._open_cell = [True]
-        """``[state is OPEN]``, kept by :meth:`_move`: what the compiled put checks."""
+        """``[state is OPEN]``, kept by :meth:`_move`: what the compiled get checks."""
+        self._writer: int | None = None
+        """The thread of the scoped block that owns the store (:meth:`own_writes`), or ``None``."""
+        self._write_cell = [True]
+        """``[state is OPEN and no block owns the store]``: what the compiled put checks (else
+        it calls :meth:`put` below, which checks the owner)."""
         if _PUTTER is not None and type(self).put is KeyValueStore.put:
             # The compiled put: the fast path of put() below in C, this put() for the rest.
             self.put = _PUTTER(  # type: ignore[method-assign,assignment]
-                self._open_cell,
+                self._write_cell,
                 None if self._bytes_keys else self._ser_key,
                 self._ser_value,
                 self._max_record_bytes,
@@ -340,9 +346,34 @@ class KeyValueStore(Generic[K, V]):
     def _move(self, state: StoreState, operation: str) -> None:
         self._state = move(self._name, self._state, state, operation)
         self._open_cell[0] = self._state is _OPEN
+        self._write_cell[0] = self._state is _OPEN and self._writer is None
 
     def _not_open(self, operation: str) -> InvalidStateStoreError:
         return InvalidStateStoreError(self._name, self._state.value, operation)
+
+    def own_writes(self, thread: int | None) -> None:
+        """Only ``thread`` may write from now on (``None``: any thread again).
+
+        Called by the manager's transaction scopes (:mod:`statestore.txn.scope`) when a
+        scoped ``manager.transaction(...)`` block on ``thread`` claims this store, and
+        with ``None`` when it releases it: a write from another thread meanwhile raises
+        :class:`~statestore.errors.InvalidStateStoreError` before anything is buffered
+        (it would join that block, and its abort would discard it).  Reads are not
+        affected.  While a block owns the store, its own thread's puts take the Python
+        path (not the compiled one).
+        """
+        self._writer = thread
+        self._write_cell[0] = self._state is _OPEN and thread is None
+
+    def _check_writable(self, operation: str) -> None:
+        """Raise unless the store is open and no other thread's block owns it."""
+        if self._state is not _OPEN:
+            raise self._not_open(operation)
+        writer = self._writer
+        if writer is not None and writer != threading.get_ident():
+            raise InvalidStateStoreError(
+                self._name, "owned by another thread's transaction block", operation
+            )
 
     def close(self, *, flush: bool = True) -> None:
         """Release RocksDB and close the changelogs cleanly; uncommitted writes are discarded
@@ -637,8 +668,8 @@ class KeyValueStore(Generic[K, V]):
         The hot path: serialization and the size check are inlined, and a
         ``bytes`` key under :class:`~statestore.serdes.BytesSerde` is used as is.
         """
-        if self._state is not _OPEN:
-            raise self._not_open("put")
+        if self._state is not _OPEN or self._writer is not None:
+            self._check_writable("put")
         if type(key) is bytes and self._bytes_keys:
             key_bytes: bytes = key  # type: ignore[assignment]  # K is bytes here
         else:
@@ -665,8 +696,8 @@ class KeyValueStore(Generic[K, V]):
 
         Only an actual write is logged.
         """
-        if self._state is not _OPEN:
-            raise self._not_open("put_if_absent")
+        if self._state is not _OPEN or self._writer is not None:
+            self._check_writable("put_if_absent")
         key_bytes = self._key_bytes(key)
         existing = self._inner_get(key_bytes)
         if existing is not None:
@@ -680,8 +711,8 @@ class KeyValueStore(Generic[K, V]):
 
     def put_all(self, entries: Iterable[tuple[K, V | None]] | dict[K, V]) -> None:
         """Put every ``(key, value)`` (or every item of a dict); all or nothing is buffered."""
-        if self._state is not _OPEN:
-            raise self._not_open("put_all")
+        if self._state is not _OPEN or self._writer is not None:
+            self._check_writable("put_all")
         pairs = entries.items() if isinstance(entries, dict) else entries
         encoded: list[tuple[bytes, bytes | None]] = []
         for key, value in pairs:
@@ -693,8 +724,8 @@ class KeyValueStore(Generic[K, V]):
 
     def delete(self, key: K) -> V | None:
         """Delete ``key`` (a tombstone at the next commit); returns the old value or ``None``."""
-        if self._state is not _OPEN:
-            raise self._not_open("delete")
+        if self._state is not _OPEN or self._writer is not None:
+            self._check_writable("delete")
         key_bytes = self._key_bytes(key)
         old = self._inner_get(key_bytes)
         self._inner_put(key_bytes, None)
@@ -702,8 +733,8 @@ class KeyValueStore(Generic[K, V]):
 
     def __delitem__(self, key: K) -> None:
         """Delete ``key``; ``KeyError`` if it has no value."""
-        if self._state is not _OPEN:
-            raise self._not_open("delete")
+        if self._state is not _OPEN or self._writer is not None:
+            self._check_writable("delete")
         key_bytes = self._key_bytes(key)
         if self._inner_get(key_bytes) is None:
             raise KeyError(key)

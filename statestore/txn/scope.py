@@ -14,8 +14,12 @@ either
   manager's commit does.
 
 **Ownership.**  A scoped block owns its enlisted stores from the moment it
-enlists them until its end: no other block enlists them meanwhile, and no
-unscoped commit or abort touches them.  A block that starts claims all its
+enlists them until its end: no other block enlists them meanwhile, no
+unscoped commit or abort touches them, and no other thread writes them (the
+manager, told through ``on_owner``, makes the store raise
+:class:`~statestore.errors.InvalidStateStoreError` at such a write, before it
+is buffered: else the write would join the block and the block's abort would
+discard it after the writer's ``commit()`` had returned).  A block that starts claims all its
 stores at once, waiting while any of them is owned (all or nothing, so two
 blocks never hold one store each while waiting for the other's: no
 deadlock).  A store enlisted later, while the block already owns others, is
@@ -48,11 +52,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from statestore.errors import InvalidStateStoreError
 
-__all__ = ["TransactionBlock", "TransactionScopes"]
+__all__ = ["OwnerHook", "TransactionBlock", "TransactionScopes"]
+
+OwnerHook = Callable[[str, int | None], None]
+"""``on_owner(store, thread)``: a scoped block on ``thread`` now owns ``store`` (``None``:
+no block owns it any more).  Called under the scopes' lock: it must not call back in."""
 
 
 class TransactionBlock:
@@ -80,11 +88,16 @@ class _Claim:
 class TransactionScopes:
     """The blocks of every thread and the stores they own (see the module docstring)."""
 
-    def __init__(self) -> None:
-        """No block, no owner."""
+    def __init__(self, on_owner: OwnerHook | None = None) -> None:
+        """No block, no owner; ``on_owner(name, thread)`` is told of every change of a
+        store's owning block (see :data:`OwnerHook`)."""
         self._cond = threading.Condition(threading.Lock())
         self._owners: dict[str, TransactionBlock | _Claim] = {}
         self._local = threading.local()
+        self.on_owner = on_owner
+        """Called under ``_cond`` with ``(store, block thread)`` when a scoped block claims a
+        store and ``(store, None)`` when it releases it (the manager makes the store refuse
+        other threads' writes meanwhile)."""
 
     def current(self) -> TransactionBlock | None:
         """The calling thread's open block, if any."""
@@ -122,6 +135,7 @@ class TransactionScopes:
                     self._cond.wait()
                 for name in wanted:
                     self._owners[name] = block
+                    self._tell(name, block.thread)
                 block.stores |= wanted
         self._local.block = block
         try:
@@ -149,6 +163,7 @@ class TransactionScopes:
                     )
                 self._cond.wait()
             self._owners[name] = block
+            self._tell(name, block.thread)
             block.stores.add(name)
 
     @contextlib.contextmanager
@@ -186,4 +201,11 @@ class TransactionScopes:
             for name in names:
                 if self._owners.get(name) is owner:
                     del self._owners[name]
+                    if isinstance(owner, TransactionBlock):
+                        self._tell(name, None)
             self._cond.notify_all()
+
+    def _tell(self, name: str, thread: int | None) -> None:
+        """``on_owner`` (under ``_cond``)."""
+        if self.on_owner is not None:
+            self.on_owner(name, thread)

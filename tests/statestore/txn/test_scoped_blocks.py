@@ -235,6 +235,45 @@ def test_enlisting_a_store_another_block_owns_raises(tmp_path: Path) -> None:
         assert errors == []
 
 
+def test_a_write_into_a_store_another_threads_block_owns_is_refused(tmp_path: Path) -> None:
+    """The caller's write never joins another thread's block: ``put`` raises before it is
+    buffered, so the block's abort cannot take it and ``commit()`` never returns with it
+    uncommitted.  The block's own thread writes as usual, and so does everybody once the
+    block ended."""
+    state = tmp_path / "state"
+    with StateManager(state, config=NO_CLEANER) as manager:
+        a, b = manager.store("a"), manager.store("b")
+        inside, release = threading.Event(), threading.Event()
+
+        def owner() -> None:
+            with manager.transaction(b):
+                b["mine"] = 1
+                inside.set()
+                assert release.wait(10)
+                raise RuntimeError("the block aborts")
+
+        thread, errors = on_thread(owner)
+        assert inside.wait(10)
+        a["a"] = 1
+        for write in (
+            lambda: b.put("caller", 2),
+            lambda: b.__setitem__("caller", 2),
+            lambda: b.delete("mine"),
+            lambda: b.put_all({"caller": 2}),
+            lambda: b.put_if_absent("caller", 2),
+        ):
+            with pytest.raises(InvalidStateStoreError, match="another thread's transaction"):
+                write()
+        assert manager.commit() == 1  # a's write; b is left to its block
+        release.set()
+        thread.join(10)
+        assert isinstance(errors[0], RuntimeError)
+        b["caller"] = 3  # the block ended: b is free again
+        manager.commit()
+        manager.crash()
+    assert committed(state, "a", "b") == {"a": {"a": 1}, "b": {"caller": 3}}
+
+
 def test_an_unscoped_commit_waits_for_another_unscoped_commit(tmp_path: Path) -> None:
     """Claims: an unscoped commit holding a store makes a second one wait, then cover the rest."""
     scopes = TransactionScopes()
