@@ -67,6 +67,7 @@ LAYERS: dict[str, int] = {
     "statestore.kafka": 18,
     "statestore.cli": 19,
     "statestore.testing": 19,
+    "statestore.aio": 19,
     "statestore.__init__": 20,
     "statestore.__main__": 20,
 }

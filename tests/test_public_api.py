@@ -9,9 +9,10 @@ import pytest
 
 import changelog
 import statestore
+import statestore.aio
 import statestore.kafka
 
-PACKAGES = [changelog, statestore, statestore.kafka]
+PACKAGES = [changelog, statestore, statestore.aio, statestore.kafka]
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
