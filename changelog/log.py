@@ -180,6 +180,7 @@ class Log:
         dir_lock: DirectoryLock,
         loaded: LoadedLog,
         append_observer: Callable[[AppendInfo], None] | None = None,
+        flush_observer: Callable[[float], None] | None = None,
     ) -> None:
         """Assemble an opened log; use :meth:`Log.open`."""
         self._dir = directory
@@ -201,6 +202,7 @@ class Log:
         self.cleaning_barrier_offset: int | None = None
         """Set by the store: the cleaner must not clean at or above this offset (``None``: no limit)."""
         self._append_observer = append_observer
+        self._flush_observer = flush_observer
         self._prefix = f"[Log partition={topic}-{partition}, dir={directory}] "
         self._rp = RecoveryPoint(
             directory,
@@ -229,13 +231,16 @@ class Log:
         clock: Clock | None = None,
         *,
         append_observer: Callable[[AppendInfo], None] | None = None,
+        flush_observer: Callable[[float], None] | None = None,
     ) -> Log:
         """Open (creating if needed) the partition directory ``<topic>-<partition>``.
 
         Locks it (a second owner gets :class:`~changelog.errors.LogLockedError`),
         runs the loader's recovery passes and returns the ready log.
         ``append_observer`` (a store's metrics) is called with every append's
-        :class:`~changelog.AppendInfo`, on the appending thread.
+        :class:`~changelog.AppendInfo`, on the appending thread;
+        ``flush_observer`` with the seconds each :meth:`sync_to` waited for
+        durability (a transaction's T2 fsync: such appends are not flushed).
         """
         directory = Path(directory)
         config = config if config is not None else LogConfig()
@@ -252,6 +257,7 @@ class Log:
             dir_lock=dir_lock,
             loaded=loaded,
             append_observer=append_observer,
+            flush_observer=flush_observer,
         )
 
     def __enter__(self) -> Log:
@@ -619,7 +625,13 @@ class Log:
         else :class:`~changelog.errors.LogFailedError`) and acknowledges
         nobody.  Thread-safe.
         """
-        return self._group.sync_to(offset)
+        observer = self._flush_observer
+        if observer is None:
+            return self._group.sync_to(offset)
+        started = time.perf_counter()
+        ran = self._group.sync_to(offset)
+        observer(time.perf_counter() - started)
+        return ran
 
     @property
     def group_commit(self) -> GroupCommit:

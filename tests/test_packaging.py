@@ -38,3 +38,28 @@ def test_the_local_mode_never_imports_the_kafka_client() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_the_license_is_an_spdx_expression_so_setuptools_does_not_warn() -> None:
+    # A `{ text = ... }` table made setuptools >= 77 print ~55 lines of deprecation
+    # warnings at every install; the string needs setuptools >= 77 to build.
+    import tomllib  # noqa: PLC0415
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    requires = project["build-system"]["requires"]
+    assert "setuptools>=77" in requires, requires
+
+
+def test_statestore_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version  # noqa: PLC0415
+
+    done = subprocess.run(
+        [sys.executable, "-m", "statestore", "--version"],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == f"statestore {version('statestore')}"

@@ -41,6 +41,16 @@ def _add_formats(parser: argparse.ArgumentParser, *, key_default: str = "str") -
     )
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from an uninstalled tree)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("statestore")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from statestore.cli import (  # noqa: PLC0415 - light --help
@@ -57,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
             "(RocksDB stores backed by Kafka-format changelog partitions)."
         ),
         epilog="Run 'statestore COMMAND --help' for a command's options. See docs/cli.md.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -200,7 +200,8 @@ PARTITION_METRICS: Final = (
         STATE_GROUP,
         "histogram",
         "seconds",
-        "time of the fsync of one commit's changelog append (only appends the flush policy fsyncs)",
+        "time a commit waited for its changelog append to be fsynced: a one-partition commit's"
+        " append (when the flush policy fsyncs it), or this partition's fsync in a transaction",
         "Kafka LogFlushRateAndTimeMs (LogFlushStats)",
     ),
     _partition(

@@ -171,6 +171,10 @@ class PartitionMetrics:
         if info.flushed and info.flush_time_s:
             self.log_flush_time.observe(info.flush_time_s)
 
+    def on_flush(self, seconds: float) -> None:
+        """Record one explicit wait for durability (a transactional commit's fsync, T2)."""
+        self.log_flush_time.observe(seconds)
+
 
 def _has(name: str) -> bool:
     try:

@@ -119,6 +119,7 @@ def build_store(
                 rebuild_reason=rebuild_reason,
                 cross_check=cross_check,
                 append_observer=None if meter is None else meter.on_append,
+                flush_observer=None if meter is None else meter.on_flush,
             )
             buffer = WriteBuffer(part)
             buffers.append(buffer)
@@ -176,6 +177,7 @@ def _open_partition(
     rebuild_reason: str | None,
     cross_check: bool,
     append_observer: Callable[[AppendInfo], None] | None,
+    flush_observer: Callable[[float], None] | None = None,
 ) -> ChangeLoggingStore:
     """Steps 1-3 of the module docstring for one partition (not yet restored)."""
     label = f"[{spec.name}-{partition}]"
@@ -185,6 +187,7 @@ def _open_partition(
         config=spec.log_config,
         clock=clock,
         append_observer=append_observer,
+        flush_observer=flush_observer,
     )
     try:
         coordinator.recover(log, store=spec.name, partition=partition)

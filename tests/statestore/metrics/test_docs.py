@@ -65,3 +65,30 @@ def test_the_catalog_covers_the_issues_kafka_names() -> None:
     for definition in ALL_METRICS:
         if definition.kind == "rate":
             assert definition.source in names
+
+
+def test_the_prometheus_snippet_runs_and_serves_metrics(tmp_path: Path) -> None:
+    import socket  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## Serving `/metrics` to Prometheus") :]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start : section.index("\n```", start)]
+    with socket.socket() as probe:  # a free port instead of the snippet's 9108
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-c", code.replace("9108", str(port))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        'statestore_stream_state_records_committed_total{partition="0",store="users"} 1.0'
+        in done.stdout
+    )

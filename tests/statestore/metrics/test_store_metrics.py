@@ -117,6 +117,21 @@ def test_fsync_time_is_recorded_per_flushed_append(open_manager: OpenManager) ->
     assert m["log-flush-time"]["sum"] <= m["commit-latency"]["sum"]
 
 
+def test_fsync_time_is_recorded_for_transactional_commits(open_manager: OpenManager) -> None:
+    manager = open_manager()
+    a, b = manager.store("a"), manager.store("b")
+    for round_ in range(4):
+        a["k"] = round_
+        b["k"] = round_
+        manager.commit()  # two partitions: a transaction, fsynced at T2 (not by the append)
+    every = manager.metrics()["stores"]
+    for name in ("a", "b"):
+        (partition,) = every[name].values()
+        assert partition["commit-total"] == 4
+        assert partition["log-flush-time"]["count"] == 4
+        assert 0 < partition["log-flush-time"]["sum"] < 60
+
+
 def test_restore_metrics_after_reopen(open_manager: OpenManager) -> None:
     manager = open_manager(config=DEBUG)
     store = manager.store("s")
