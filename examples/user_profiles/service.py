@@ -1,28 +1,29 @@
-"""User profiles kept in a statestore store: create, read, update, delete, list.
+"""User profiles kept in a statestore store: create, read, update, delete, list (asyncio).
 
 A profile is an attrs class (:class:`Profile`) stored under its user id; the
 store is declared with ``value_type=Profile`` so it hands back instances.
-Every mutating call is one store transaction: it commits before it returns,
-so a profile change the service has acknowledged survives ``kill -9``.
-Deleting a profile writes a tombstone to the changelog.
+The service runs on :mod:`statestore.aio`: reads (``get``, ``list``) see the
+committed state and never wait for a commit; every mutating call is one
+transaction of the store (read, check, write), durable when it returns, so a
+profile change the service has acknowledged survives ``kill -9``.  Two
+requests that change one profile run their transactions one after the other
+(the store's transaction lock): no update is lost, and their commits share
+fsyncs.  Deleting a profile writes a tombstone to the changelog.
 
-Thread-safety: :class:`ProfileService` is thread-safe; ``_lock`` serializes
-every call (a store is used by one thread at a time, and a request's read,
-write and commit must not interleave with another's).
+Thread-safety: call it on the event loop of its :class:`~statestore.aio.AsyncStateManager`.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
-from typing import Any, Final, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 import attrs
 
 from statestore import SerializationError
+from statestore.aio import AsyncStore, AsyncStoreTransaction
 
 __all__ = [
     "STORE_NAME",
@@ -32,7 +33,6 @@ __all__ = [
     "Profile",
     "ProfileError",
     "ProfileService",
-    "ProfileStore",
 ]
 
 STORE_NAME: Final = "user-profiles"
@@ -90,25 +90,6 @@ class Profile:
         }
 
 
-class ProfileStore(Protocol):
-    """What the service needs of a store (a :class:`statestore.KeyValueStore` has it)."""
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The profile under ``key``, or ``default``."""
-
-    def put(self, key: str, value: Any) -> None:
-        """Write a profile (buffered until the transaction commits)."""
-
-    def delete(self, key: str) -> Any:
-        """Delete ``key`` (a tombstone in the changelog)."""
-
-    def range(self, lo: str | None, hi: str | None) -> Iterator[tuple[str, Any]]:
-        """``(key, value)`` pairs with ``lo <= key < hi``, in key order."""
-
-    def transaction(self) -> AbstractContextManager[Any]:
-        """Commit on success, discard on an exception."""
-
-
 def check_user_id(user_id: object) -> str:
     """``user_id`` if it is a valid id (1-128 of ``A-Z a-z 0-9 . _ @ -``), else BadRequestError."""
     if not isinstance(user_id, str) or not _USER_ID.match(user_id):
@@ -135,64 +116,55 @@ def _check_fields(fields: object, *, allow_null: bool) -> dict[str, Any]:
 
 
 class ProfileService:
-    """Profiles by user id over one store; each mutating call commits before it returns."""
+    """Profiles by user id over one async store; each mutating call is durable when it returns."""
 
-    def __init__(self, store: ProfileStore, *, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, store: AsyncStore[str, Profile], *, clock_ms: Callable[[], int] | None = None
+    ) -> None:
         """Serve profiles from ``store`` (declared with ``value_type=Profile``)."""
         self._store = store
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
-        self._lock = threading.Lock()
 
-    def _write(self, mutation: Callable[[], object]) -> None:
-        """Run ``mutation`` in a store transaction: committed (durable) when this returns."""
-        try:
-            with self._store.transaction():
-                mutation()
-        except SerializationError as exc:
-            raise BadRequestError(f"cannot store this profile: {exc.reason}") from exc
-
-    def get(self, user_id: str) -> Profile:
-        """The profile of ``user_id``, or NotFoundError."""
+    async def get(self, user_id: str) -> Profile:
+        """The committed profile of ``user_id``, or NotFoundError."""
         check_user_id(user_id)
-        with self._lock:
-            profile = self._store.get(user_id)
+        profile = await self._store.get(user_id)
         if profile is None:
             raise NotFoundError(f"no profile for user {user_id!r}")
-        assert isinstance(profile, Profile)
         return profile
 
-    def create(self, user_id: str, fields: object) -> Profile:
+    async def create(self, user_id: str, fields: object) -> Profile:
         """Create a profile; AlreadyExistsError if there is one."""
         check_user_id(user_id)
         checked = _check_fields(fields, allow_null=False)
-        with self._lock:
-            if self._store.get(user_id) is not None:
+        async with _transaction(self._store) as tx:
+            if await tx.get(user_id) is not None:
                 raise AlreadyExistsError(f"user {user_id!r} already has a profile")
             now = self._clock_ms()
             profile = Profile(user_id=user_id, fields=checked, created_ms=now, updated_ms=now)
-            self._write(lambda: self._store.put(user_id, profile))
+            tx.put(user_id, profile)
         return profile
 
-    def replace(self, user_id: str, fields: object) -> tuple[Profile, bool]:
+    async def replace(self, user_id: str, fields: object) -> tuple[Profile, bool]:
         """Create or replace every field; returns the profile and whether it was created."""
         check_user_id(user_id)
         checked = _check_fields(fields, allow_null=False)
-        with self._lock:
-            old: Profile | None = self._store.get(user_id)
+        async with _transaction(self._store) as tx:
+            old = await tx.get(user_id)
             now = self._clock_ms()
             if old is None:
                 profile = Profile(user_id=user_id, fields=checked, created_ms=now, updated_ms=now)
             else:
                 profile = attrs.evolve(old, fields=checked, version=old.version + 1, updated_ms=now)
-            self._write(lambda: self._store.put(user_id, profile))
+            tx.put(user_id, profile)
         return profile, old is None
 
-    def update(self, user_id: str, changes: object) -> Profile:
+    async def update(self, user_id: str, changes: object) -> Profile:
         """Merge ``changes`` into the fields (``None`` removes a field); NotFoundError if absent."""
         check_user_id(user_id)
         checked = _check_fields(changes, allow_null=True)
-        with self._lock:
-            old: Profile | None = self._store.get(user_id)
+        async with _transaction(self._store) as tx:
+            old = await tx.get(user_id)
             if old is None:
                 raise NotFoundError(f"no profile for user {user_id!r}")
             fields = dict(old.fields)
@@ -206,21 +178,21 @@ class ProfileService:
             profile = attrs.evolve(
                 old, fields=fields, version=old.version + 1, updated_ms=self._clock_ms()
             )
-            self._write(lambda: self._store.put(user_id, profile))
+            tx.put(user_id, profile)
         return profile
 
-    def delete(self, user_id: str) -> None:
+    async def delete(self, user_id: str) -> None:
         """Delete a profile (a tombstone in the changelog); NotFoundError if absent."""
         check_user_id(user_id)
-        with self._lock:
-            if self._store.get(user_id) is None:
+        async with _transaction(self._store) as tx:
+            if await tx.get(user_id) is None:
                 raise NotFoundError(f"no profile for user {user_id!r}")
-            self._write(lambda: self._store.delete(user_id))
+            tx.delete(user_id)
 
-    def list(
+    async def list(
         self, *, prefix: str = "", after: str | None = None, limit: int = 100
     ) -> list[Profile]:
-        """Up to ``limit`` profiles whose id starts with ``prefix``, in id order, after ``after``.
+        """Up to ``limit`` committed profiles whose id starts with ``prefix``, in id order, after ``after``.
 
         A range scan from the first id that can follow ``after`` (``after``
         plus NUL, the next string in UTF-8 byte order), so a page costs what
@@ -232,9 +204,24 @@ class ProfileService:
         if after is not None and after + "\x00" > start:
             start = after + "\x00"
         found: list[Profile] = []
-        with self._lock:
-            for key, profile in self._store.range(start, None):
-                if not key.startswith(prefix) or len(found) >= limit:
-                    break
-                found.append(profile)
+        async for key, profile in self._store.range(start, None):
+            if not key.startswith(prefix) or len(found) >= limit:
+                break
+            found.append(profile)
         return found
+
+
+class _transaction:  # noqa: N801 - used as ``async with _transaction(store) as tx``
+    """The store's transaction, with a value the store cannot keep reported as a bad request."""
+
+    def __init__(self, store: AsyncStore[str, Profile]) -> None:
+        self._tx = store.transaction()
+
+    async def __aenter__(self) -> AsyncStoreTransaction[str, Profile]:
+        return await self._tx.__aenter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            await self._tx.__aexit__(exc_type, exc, tb)
+        except SerializationError as error:
+            raise BadRequestError(f"cannot store this profile: {error.reason}") from error

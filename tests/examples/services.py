@@ -6,6 +6,7 @@ and acks after every commit has returned, as ``statestore.testing`` expects.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from examples.balances.processor import open_balances, process
 from examples.user_profiles.service import STORE_NAME as PROFILES
 from examples.user_profiles.service import NotFoundError, Profile, ProfileService
 from statestore import StateManager
+from statestore.aio import AsyncStateManager
 from statestore.testing import Reporter
 
 USERS = 12
@@ -56,22 +58,26 @@ def profile_ops(seed: int, count: int) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def profiles_service(state_dir: Path, reporter: Reporter, seed: int, count: int) -> int:
-    """Apply :func:`profile_ops` through ProfileService, resuming after the acked count.
+    """Apply :func:`profile_ops` through ProfileService (on statestore.aio), resuming after the acked count.
 
     Acks the index of every operation after its commit returned (operations
     that find no profile change nothing and are acked too).
     """
-    with StateManager(state_dir) as manager:
-        service = ProfileService(manager.store(PROFILES, value_type=Profile))
-        for index, (action, user, fields) in enumerate(profile_ops(seed, count)):
-            try:
-                if action == "replace":
-                    service.replace(user, fields)
-                elif action == "update":
-                    service.update(user, fields)
-                else:
-                    service.delete(user)
-            except NotFoundError:
-                pass
-            reporter.ack(index)
+
+    async def serve() -> None:
+        async with await AsyncStateManager.open(state_dir) as manager:
+            service = ProfileService(await manager.store(PROFILES, value_type=Profile))
+            for index, (action, user, fields) in enumerate(profile_ops(seed, count)):
+                try:
+                    if action == "replace":
+                        await service.replace(user, fields)
+                    elif action == "update":
+                        await service.update(user, fields)
+                    else:
+                        await service.delete(user)
+                except NotFoundError:
+                    pass
+                reporter.ack(index)
+
+    asyncio.run(serve())
     return count
