@@ -17,12 +17,16 @@ file                   written by
 ``timeline.json``      ``python -m benchmarks.timeline_bench --out ...``
 =====================  ====================================================================
 
-Outputs (``docs/img/``): ``ratios.png`` (every result with a same-run baseline, as a
-ratio, with its target), ``metrics-overhead.png`` (throughput per recording level, every
-sample), ``log-size.png`` (changelog size and segments over the updates, cleaner on and
-off), ``restore-vs-updates.png`` (full restore time against updates per key, compacted).
-A missing input skips its picture with a message.  The PNGs are rendered with fixed
-sizes, fonts and no timestamps, so a redraw from the same JSON gives the same picture.
+Outputs (``docs/img/``): ``ratios-throughput.png`` and ``ratios-cost.png`` (every result
+with a same-run baseline, as a ratio with its target and the PASS/FAIL the JSON records:
+one chart per direction, higher-is-better throughputs apart from lower-is-better times and
+sizes), ``metrics-overhead.png`` (throughput per recording level, every sample),
+``log-size.png`` (changelog size and segments over the updates, cleaner on and off).  The
+tables docs/performance.md shows beside them (the ratios, and the full restores after
+compaction: records written and replayed) are rewritten from the same JSON, between the
+page's ``<!-- plots: ... -->`` markers.  A missing input skips its picture with a message.
+The PNGs are rendered with fixed sizes, fonts and no timestamps, so a redraw from the same
+JSON gives the same picture.
 """
 
 from __future__ import annotations
@@ -81,110 +85,214 @@ def _load(name: str) -> dict[str, Any] | None:
     return data
 
 
-def _results(report: dict[str, Any]) -> list[dict[str, Any]]:
+def results(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Result rows of a runner report or of one script's payload."""
     if "scripts" in report:
         return [row for payload in report["scripts"].values() for row in payload.get("results", [])]
     return list(report.get("results", []))
 
 
-def plot_ratios(report: dict[str, Any]) -> Path | None:
-    """Every result with a baseline, as ours / baseline, with its target."""
-    rows = [r for r in _results(report) if r.get("ratio") is not None]
+_LOWER_UNITS = frozenset({"s", "ms", "MiB", "bytes", "B"})
+
+
+def direction(row: dict[str, Any]) -> str:
+    """``"higher"`` or ``"lower"``: which way is better for ``row``'s ratio.
+
+    The target says it (``ratio>= x``: higher, ``ratio<= x``: lower); a row without
+    one goes by its unit (times and sizes: lower; rates: higher).
+    """
+    target = str(row.get("target") or "")
+    if ">=" in target:
+        return "higher"
+    if "<=" in target:
+        return "lower"
+    return "lower" if row.get("unit") in _LOWER_UNITS else "higher"
+
+
+def threshold(row: dict[str, Any]) -> float | None:
+    """The target's number (``ratio>= 0.9`` -> 0.9), ``None`` without a target."""
+    target = row.get("target")
+    return float(str(target).split()[-1]) if target else None
+
+
+def ratio_rows(report: dict[str, Any], which: str) -> list[dict[str, Any]]:
+    """The rows with a same-run baseline whose better direction is ``which``, in report order."""
+    return [r for r in results(report) if r.get("ratio") is not None and direction(r) == which]
+
+
+RATIO_CHARTS = {"higher": "ratios-throughput.png", "lower": "ratios-cost.png"}
+"""One chart per direction, so that every bar of a chart reads the same way."""
+
+
+def _status(row: dict[str, Any]) -> str:
+    status = str(row.get("status") or "info")
+    return status if status in ("PASS", "FAIL") else "no target"
+
+
+def plot_ratio_chart(report: dict[str, Any], which: str) -> Path | None:
+    """The rows of one direction as ratios to their baselines, each with its target and status."""
+    rows = ratio_rows(report, which)
     if not rows:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2))
-    labels = [f"{r['name']}  vs  {r['baseline_name']}" for r in rows]
-    ratios = [r["ratio"] for r in rows]
-    colors = [{"PASS": _PASS, "FAIL": _FAIL}.get(r.get("status", ""), _INFO) for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.3))
+    labels = [f"{r['name']}\nvs {r['baseline_name']}" for r in rows]
+    ratios = [float(r["ratio"]) for r in rows]
+    colors = [{"PASS": _PASS, "FAIL": _FAIL}.get(_status(r), _INFO) for r in rows]
     y = list(range(len(rows)))[::-1]
     ax.barh(y, ratios, color=colors, height=0.6)
+    right = max([*ratios, *(threshold(r) or 0 for r in rows), 1.0]) * 1.45
     for yi, row, ratio in zip(y, rows, ratios, strict=True):
-        target = row.get("target")
-        if target:
-            threshold = float(str(target).split()[-1])
-            ax.plot([threshold, threshold], [yi - 0.4, yi + 0.4], color="black", linewidth=1.5)
-        ax.text(ratio, yi, f" {ratio:.2f}x", va="center", fontsize=8)
+        limit = threshold(row)
+        note = f" {ratio:.2f}x  {_status(row)}"
+        if limit is not None:
+            ax.plot([limit, limit], [yi - 0.42, yi + 0.42], color="black", linewidth=1.5)
+            note += f" ({'>=' if which == 'higher' else '<='} {limit:g})"
+        ax.text(max(ratio, limit or 0), yi, note, va="center", fontsize=8)
     ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle="--")
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel("ratio to the same-run baseline (black tick: target; green PASS, red FAIL)")
-    ax.set_title("statestore against its baselines")
-    return _save(fig, "ratios.png")
+    ax.set_xlim(0, right)
+    ax.set_yticks(y, labels, fontsize=7.5)
+    if which == "higher":
+        ax.set_xlabel("ours / baseline throughput: higher is better (black tick: target)")
+        ax.set_title("Throughput against same-run baselines")
+    else:
+        ax.set_xlabel("ours / baseline time or size: lower is better (black tick: target)")
+        ax.set_title("Time and size against same-run baselines")
+    return _save(fig, RATIO_CHARTS[which])
+
+
+def ratio_table(report: dict[str, Any]) -> str:
+    """The markdown table docs/performance.md shows under the two ratio charts (same JSON)."""
+    lines = [
+        "| chart | result | baseline | ratio | target | status |",
+        "|---|---|---|---|---|---|",
+    ]
+    for which in ("higher", "lower"):
+        chart = RATIO_CHARTS[which]
+        for row in ratio_rows(report, which):
+            target = row.get("target") or "-"
+            lines.append(
+                f"| {chart} | {row['name']} | {row['baseline_name']} |"
+                f" {float(row['ratio']):.2f}x | {target} | {_status(row)} |"
+            )
+    return "\n".join(lines)
 
 
 def plot_metrics_overhead(payload: dict[str, Any]) -> Path | None:
-    """Throughput per recording level, every repetition as a dot, the median as a bar."""
-    rows = _results(payload)
+    """Throughput per recording level (higher is better), every repetition as a dot."""
+    rows = results(payload)
     if not rows:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for ax, kind in zip(axes, ("put", "get"), strict=True):
         mine = [r for r in rows if r["name"].startswith(kind)]
         if not mine:
             continue
-        series = [("OFF", mine[0]["baseline_samples"], mine[0]["baseline_value"])]
-        series += [(r["name"].rsplit(" ", 1)[-1], r["samples"], r["value"]) for r in mine]
-        for x, (_label, samples, median) in enumerate(series):
+        series = [("OFF", mine[0]["baseline_samples"], mine[0]["baseline_value"], None)]
+        series += [(r["name"].rsplit(" ", 1)[-1], r["samples"], r["value"], r) for r in mine]
+        ticks = []
+        for x, (label, samples, median, row) in enumerate(series):
             ax.bar(x, median / 1000, color="#90a4ae", width=0.6)
             ax.scatter([x] * len(samples), [s / 1000 for s in samples], color="black", s=8)
-            ax.text(x, median / 1000, f"{median / 1000:.0f}k", ha="center", va="bottom")
-        ax.set_xticks(range(len(series)), [label for label, _s, _m in series])
-        ax.set_ylabel("k records/s" if kind == "put" else "k gets/s")
-        title = "put + commit/1,000 (fsync)" if kind == "put" else "get, random key"
-        ax.set_title(title)
-    fig.suptitle("metrics_recording_level: throughput (bar: median, dots: repetitions)", y=1.06)
+            tick = f"{label}\nmedian {median / 1000:.1f}k"
+            if row is not None:
+                tick += f"\n{float(row['ratio']):.2f}x OFF, {_status(row)}"
+                if row.get("target"):
+                    tick += f" ({row['target'].replace('ratio', '')})"
+            ticks.append(tick)
+        ax.set_xticks(range(len(series)), ticks, fontsize=7.5)
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel(
+            "k records/s (higher is better)" if kind == "put" else "k gets/s (higher is better)"
+        )
+        ax.set_title("put + commit/1,000 (fsync)" if kind == "put" else "get, random key")
+    fig.suptitle("metrics_recording_level: throughput (bar: median, dots: repetitions)")
+    fig.tight_layout()
     return _save(fig, "metrics-overhead.png")
 
 
 def plot_log_size(payload: dict[str, Any]) -> Path | None:
-    """Changelog size over the updates written, with and without the cleaner."""
+    """Changelog size and segments over the updates written, with and without the cleaner."""
     series = payload.get("series", {}).get("size_over_time")
     if not series:
         return None
     plt = _plt()
     fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(8, 4.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+        2, 1, figsize=(8, 4.8), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
     )
     for name, color in (("uncleaned", "#c62828"), ("cleaned", "#2e7d32")):
         points = series[name]
         x = [p["records_written"] / 1000 for p in points]
         label = "cleaner off" if name == "uncleaned" else "cleaner on (its own due logic)"
         top.plot(x, [p["size_bytes"] / 2**20 for p in points], color=color, label=label)
-        bottom.step(x, [p["segments"] for p in points], color=color, where="post")
+        bottom.step(x, [p["segments"] for p in points], color=color, where="post", label=label)
     floor = series["fully_compacted_bytes"] / 2**20
-    top.axhline(floor, color="#999999", linestyle="--", linewidth=0.8)
-    top.text(0, floor, " fully compacted (one record per key)", va="bottom", fontsize=8)
+    top.axhline(
+        floor,
+        color="#555555",
+        linestyle="--",
+        linewidth=0.8,
+        label=f"fully compacted: one record per key ({floor:.1f} MiB)",
+    )
     top.set_ylabel("Size (MiB)")
-    top.legend(loc="upper left")
+    top.set_ylim(bottom=0)
+    top.legend(loc="upper left", fontsize=8)
     top.set_title(f"changelog size over time ({series['keys']:,} keys, 1 MiB segments)")
     bottom.set_ylabel("NumLogSegments")
+    bottom.set_ylim(bottom=0)
     bottom.set_xlabel("thousand updates written")
+    fig.tight_layout()
     return _save(fig, "log-size.png")
 
 
-def plot_restore(payload: dict[str, Any]) -> Path | None:
-    """Full restore time against updates per key, with the log compacted."""
+def restore_table(payload: dict[str, Any]) -> str | None:
+    """The markdown table of the full restores after compaction (records, not the noisy times)."""
     series = payload.get("series", {}).get("restore_vs_updates")
     if not series:
         return None
-    points = series["points"]
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 3))
-    x = [p["updates_per_key"] for p in points]
-    ax.plot(x, [p["seconds"] for p in points], marker="o", color="#2e7d32", label="restore time")
-    for p in points:
-        for s in p["samples"]:
-            ax.scatter([p["updates_per_key"]], [s], color="black", s=6)
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("updates per key written before compaction")
-    ax.set_ylabel("full restore (s)")
-    twin = ax.twinx()
-    twin.bar(x, [p["records_written"] / 1000 for p in points], alpha=0.15, color="#c62828")
-    twin.set_ylabel("thousand records written (bars)")
-    ax.set_title(f"full restore of {series['keys']:,} keys, compacted: replays the live keys only")
-    return _save(fig, "restore-vs-updates.png")
+    lines = [
+        "| updates per key | records written | records replayed | restore, median of 3 (s) |",
+        "|---|---|---|---|",
+    ]
+    for p in series["points"]:
+        lines.append(
+            f"| {p['updates_per_key']} | {p['records_written']:,} | {p['records_replayed']:,} |"
+            f" {p['seconds']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+_BLOCKS = {
+    "ratios": (
+        "<!-- plots: ratio table (generated by ./dev plots from docs/bench/store.json) -->",
+        "<!-- plots: end ratio table -->",
+    ),
+    "restore": (
+        "<!-- plots: restore table (generated by ./dev plots from docs/bench/timeline.json) -->",
+        "<!-- plots: end restore table -->",
+    ),
+}
+
+
+def doc_block(text: str, name: str) -> str | None:
+    """The generated block ``name`` of docs/performance.md (``None`` if it has none)."""
+    begin, end = _BLOCKS[name]
+    if begin not in text or end not in text:
+        return None
+    return text[text.index(begin) + len(begin) : text.index(end)].strip("\n")
+
+
+def _write_block(path: Path, name: str, body: str) -> None:
+    text = path.read_text()
+    begin, end = _BLOCKS[name]
+    if begin not in text or end not in text:
+        print(f"skipped: {path} has no {name} block")
+        return
+    new = text[: text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end) :]
+    if new != text:
+        path.write_text(new)
+        print(f"wrote the {name} table of {path}")
 
 
 def run_benchmarks() -> None:
@@ -221,20 +329,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run", action="store_true", help="re-run the benchmarks first")
     parser.add_argument("--bench-dir", type=Path, default=BENCH, help="where the JSON inputs are")
     parser.add_argument("--img-dir", type=Path, default=IMG, help="where the PNGs go")
+    parser.add_argument(
+        "--doc",
+        type=Path,
+        default=None,
+        help="the page whose generated tables to rewrite (default: docs/performance.md when"
+        " --bench-dir is the default; none otherwise)",
+    )
     args = parser.parse_args(argv)
     _dirs["bench"], _dirs["img"] = args.bench_dir, args.img_dir
+    doc = args.doc
+    if doc is None and args.bench_dir == BENCH:
+        doc = ROOT / "docs" / "performance.md"
     if args.run:
         run_benchmarks()
     store = _load("store.json")
     if store is not None:
-        plot_ratios(store)
+        for which in RATIO_CHARTS:
+            plot_ratio_chart(store, which)
+        if doc is not None:
+            _write_block(doc, "ratios", ratio_table(store))
     metrics = _load("metrics.json")
     if metrics is not None:
         plot_metrics_overhead(metrics)
     timeline = _load("timeline.json")
     if timeline is not None:
         plot_log_size(timeline)
-        plot_restore(timeline)
+        table = restore_table(timeline)
+        if doc is not None and table is not None:
+            _write_block(doc, "restore", table)
     return 0
 
 

@@ -157,7 +157,7 @@ def test_plots_draw_every_picture_from_benchmark_json(tmp_path: Path) -> None:
     (bench / "store.json").write_text(json.dumps({"scripts": {"store": {"results": [row]}}}))
     images = tmp_path / "img"
     assert plots.main(["--bench-dir", str(bench), "--img-dir", str(images)]) == 0
-    names = ["log-size.png", "metrics-overhead.png", "ratios.png", "restore-vs-updates.png"]
+    names = ["log-size.png", "metrics-overhead.png", "ratios-throughput.png"]
     assert sorted(p.name for p in images.iterdir()) == names
     first = {name: (images / name).read_bytes() for name in names}
     assert all(data.startswith(b"\x89PNG") for data in first.values())
@@ -165,8 +165,50 @@ def test_plots_draw_every_picture_from_benchmark_json(tmp_path: Path) -> None:
     assert {name: (images / name).read_bytes() for name in names} == first
 
 
+PICTURES = ("ratios-throughput", "ratios-cost", "metrics-overhead", "log-size")
+
+
 def test_the_performance_page_shows_the_committed_pictures() -> None:
     text = (ROOT / "docs" / "performance.md").read_text()
-    for name in ("ratios", "metrics-overhead", "log-size", "restore-vs-updates"):
+    for name in PICTURES:
         assert (ROOT / "docs" / "img" / f"{name}.png").is_file(), name
         assert f"](img/{name}.png)" in text, name
+    assert sorted(p.stem for p in (ROOT / "docs" / "img").glob("*.png")) == sorted(PICTURES)
+
+
+def test_the_pictures_and_the_page_hold_the_numbers_of_the_committed_json(
+    tmp_path: Path,
+) -> None:
+    """Each figure is redrawn from docs/bench/*.json byte for byte, the page's tables are
+    the same JSON, and every PASS/FAIL is the one the JSON records and its ratio implies."""
+    bench = ROOT / "docs" / "bench"
+    store = json.loads((bench / "store.json").read_text())
+    timeline = json.loads((bench / "timeline.json").read_text())
+    text = (ROOT / "docs" / "performance.md").read_text()
+    assert plots.doc_block(text, "ratios") == plots.ratio_table(store)
+    assert plots.doc_block(text, "restore") == plots.restore_table(timeline)
+
+    with_baseline = [r for r in plots.results(store) if r.get("ratio") is not None]
+    higher, lower = plots.ratio_rows(store, "higher"), plots.ratio_rows(store, "lower")
+    assert len(higher) + len(lower) == len(with_baseline)  # each drawn once
+    for which, rows in (("higher", higher), ("lower", lower)):
+        for row in rows:
+            limit = plots.threshold(row)
+            if limit is None:
+                assert row["status"] not in ("PASS", "FAIL"), row
+                continue
+            assert ("<=" in row["target"]) == (which == "lower"), row  # one direction a chart
+            met = row["ratio"] >= limit if which == "higher" else row["ratio"] <= limit
+            assert row["status"] == ("PASS" if met else "FAIL"), row
+            assert f"{row['ratio']:.2f}x | {row['target']} | {row['status']} |" in text, row
+    for point in timeline["series"]["restore_vs_updates"]["points"]:
+        assert point["records_replayed"] == timeline["series"]["restore_vs_updates"]["keys"]
+
+    images, page = tmp_path / "img", tmp_path / "performance.md"
+    page.write_text(text)
+    argv = ["--bench-dir", str(bench), "--img-dir", str(images), "--doc", str(page)]
+    assert plots.main(argv) == 0
+    assert page.read_text() == text  # the page's tables are already what the JSON says
+    for name in PICTURES:
+        committed = (ROOT / "docs" / "img" / f"{name}.png").read_bytes()
+        assert (images / f"{name}.png").read_bytes() == committed, f"{name}.png: ./dev plots"
