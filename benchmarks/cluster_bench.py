@@ -13,6 +13,14 @@ Cases (medians over interleaved repetitions):
     with ``restore_mode="full"`` (log load, replay, flush).  Both start from an
     empty RocksDB with the same options; (b) is the baseline.  The broker shares
     the two cores with the client, so (a) pays the broker's CPU too.
+``restore-partitions``
+    The same ``restore_keys`` keys spread over ``P`` = 6 and 48 partitions (Kafka's
+    murmur2, as the producer would): (a) restored from a ``P``-partition changelog
+    topic by the runtime's restorer (:class:`statestore.kafka.restorer.Restorer`: one
+    consumer assigned every partition, byte-sized WriteBatches, a RocksDB per
+    partition opened, planned and flushed), from the first ``add`` until every task
+    is handed back; (b) a local store with ``P`` partitions holding the same keys,
+    reopened with ``restore_mode="full"`` (the baseline).
 ``eos``
     Exactly-once commits with :func:`statestore.kafka.commit.commit_tasks` and a
     real transactional producer (``retry.backoff.ms=10``, ``linger.ms=5``): each
@@ -146,7 +154,7 @@ def _broker_restore(bootstrap: str, topic: str, db: Path) -> tuple[float, int]:
             topic_id=info.topic_id,
             start_offset=low,
             end_offset=high,
-            batch_records=10_000,
+            batch_bytes=4 * 1024 * 1024,
             stall_timeout_s=60,
         )
         seconds = time.perf_counter() - started
@@ -192,6 +200,130 @@ def case_restore(bootstrap: str, n: int, reps: int) -> list[Result]:
             note="broker on the same 2 cores",
         )
     ]
+
+
+def _produce_partitioned(
+    bootstrap: str, topic: str, pairs: list[tuple[bytes, bytes]], partitions: int
+) -> Any:
+    from confluent_kafka import Producer  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    from statestore.kafka import ChangelogTopicConfig, ensure_changelog_topic  # noqa: PLC0415
+    from statestore.partitioner import partition_for  # noqa: PLC0415
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    info = ensure_changelog_topic(
+        admin, topic, partitions=partitions, config=ChangelogTopicConfig()
+    )
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": "true", "linger.ms": "5"}
+    )
+    for i, (key, value) in enumerate(pairs):
+        partition = partition_for(key, partitions)
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("changelog records not acknowledged")
+    return admin, info
+
+
+def _restorer_restore(bootstrap: str, admin: Any, info: Any, partitions: int, d: Path) -> float:
+    """Seconds for the runtime's restorer to hand back every partition of ``info``."""
+    from confluent_kafka import Consumer  # noqa: PLC0415
+
+    from statestore.config import RocksDBConfig  # noqa: PLC0415
+    from statestore.kafka import ChangelogTopicConfig  # noqa: PLC0415
+    from statestore.kafka.restorer import Restorer  # noqa: PLC0415
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-restore",
+            "enable.auto.commit": "false",
+            "auto.offset.reset": "error",
+            "isolation.level": "read_committed",
+            "fetch.queue.backoff.ms": "10",
+        }
+    )
+    restorer = Restorer(
+        consumer=consumer,
+        close_consumer=consumer.close,
+        admin=admin,
+        state_dir=d,
+        topics={"bench": info},
+        rocksdb=RocksDBConfig(),
+        changelog=ChangelogTopicConfig(),
+        batch_bytes=4 * 1024 * 1024,
+        stall_timeout_s=120,
+    )
+    restorer.start()
+    try:
+        started = time.perf_counter()
+        for p in range(partitions):
+            restorer.add(p)
+        done: list[Any] = []
+        while len(done) < partitions:
+            taken = restorer.take()
+            if not taken:
+                time.sleep(0.002)
+            done.extend(taken)
+        seconds = time.perf_counter() - started
+        for result in done:
+            if result.error is not None:
+                raise result.error
+            for engine in result.engines.values():
+                engine.close()
+    finally:
+        restorer.close()
+    return seconds
+
+
+def case_restore_partitions(bootstrap: str, n: int, reps: int) -> list[Result]:
+    keys = make_keys(n)
+    values = make_values(n)
+    pairs = packed_pairs(keys, values)
+    results = []
+    for partitions in (6, 48):
+        topic = f"bench-{time.monotonic_ns()}-p{partitions}-changelog"
+        broker_s: list[float] = []
+        local_s: list[float] = []
+        with scratch_dir("cluster-restore-p") as d:
+            admin, info = _produce_partitioned(bootstrap, topic, pairs, partitions)
+            with open_manager(d / "local") as mgr:
+                api_store = mgr.store(
+                    "bench",
+                    key_type=bytes,
+                    partitions=partitions,
+                )
+                write_store(api_store, keys, values, commit_every=1000)
+            for _ in range(reps):
+                shutil.rmtree(d / "db", ignore_errors=True)
+                (d / "db").mkdir()
+                broker_s.append(_restorer_restore(bootstrap, admin, info, partitions, d / "db"))
+                with open_manager(d / "local") as mgr:
+                    started = time.perf_counter()
+                    mgr.store("bench", key_type=bytes)
+                    local_s.append(time.perf_counter() - started)
+        results.append(
+            Result(
+                name=f"restore from the broker, {partitions} partitions ({n} keys)",
+                value=n / median(broker_s),
+                unit="rec/s",
+                baseline_name="local restore, same keys and partitions",
+                baseline_value=n / median(local_s),
+                samples=[n / s for s in broker_s],
+                baseline_samples=[n / s for s in local_s],
+                group="cluster",
+                note="restorer thread, one consumer; broker on the same 2 cores",
+            )
+        )
+    return results
 
 
 def _eos_rate(
@@ -352,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_bench")
     parser.add_argument("--size", choices=sorted(SIZES), default="quick")
     parser.add_argument("--reps", type=int)
+    parser.add_argument(
+        "--only", choices=["restore"], help="only the restore cases (1 and 6/48 partitions)"
+    )
     args = parser.parse_args(argv)
     sizes = SIZES[args.size]
     reps = args.reps or sizes["reps"]
@@ -359,10 +494,14 @@ def main(argv: list[str] | None = None) -> int:
         broker = _broker(work / "broker")
         try:
             results = case_restore(broker.bootstrap_servers, sizes["restore_keys"], reps)
+            results += case_restore_partitions(
+                broker.bootstrap_servers, sizes["restore_keys"], reps
+            )
             print_table(results)
-            results += case_eos(broker.bootstrap_servers, sizes, reps)
-            print_table(results)
-            results += case_failover(broker.bootstrap_servers, sizes["failover_txns"], reps)
+            if args.only is None:
+                results += case_eos(broker.bootstrap_servers, sizes, reps)
+                print_table(results)
+                results += case_failover(broker.bootstrap_servers, sizes["failover_txns"], reps)
         finally:
             broker.kill()
     print_table(results, title=f"cluster_bench ({args.size}, reps={reps}, medians)")

@@ -20,6 +20,7 @@ from statestore.kafka.errors import (
     ChangelogTopicMismatchError,
     CommitFailedError,
     CoPartitioningError,
+    IllegalTaskStateError,
     KafkaClientError,
     KafkaStateError,
     ProcessingError,
@@ -34,8 +35,10 @@ from statestore.kafka.handlers import (
     log_and_continue,
     log_and_fail,
 )
-from statestore.kafka.processor import Processor, ProcessorContext, TaskRestored
+from statestore.kafka.processor import Processor, ProcessorContext
+from statestore.kafka.restorer import TaskRestored
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
+from statestore.kafka.tasks import TaskState
 from statestore.kafka.topics import (
     TopicInfo,
     changelog_topic_name,
@@ -50,6 +53,7 @@ __all__ = [
     "CoPartitioningError",
     "CommitFailedError",
     "CommitResult",
+    "IllegalTaskStateError",
     "KafkaClientError",
     "KafkaStateError",
     "KafkaStoreSpec",
@@ -64,6 +68,7 @@ __all__ = [
     "ProcessorFailedError",
     "ProducerFencedError",
     "TaskRestored",
+    "TaskState",
     "TaskStore",
     "TopicInfo",
     "TransactionAbortedError",

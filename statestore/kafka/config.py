@@ -144,8 +144,8 @@ class ProcessorConfig:
     """``max.poll.interval.ms``; revoke commits within a third of it."""
     poll_records: int = attrs.field(default=500, validator=_at_least(1))
     """Records per ``consume()`` call of the main loop."""
-    restore_batch_records: int = attrs.field(default=10_000, validator=_at_least(1))
-    """Records per RocksDB WriteBatch during restore."""
+    restore_batch_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_at_least(1))
+    """Key and value bytes per RocksDB WriteBatch during restore (each partition its own)."""
     restore_timeout_ms: int = attrs.field(default=120_000, validator=_at_least(1))
     """A restore that makes no progress for this long fails."""
     num_standby_replicas: int = attrs.field(default=0, validator=_at_least(0))

@@ -12,6 +12,7 @@
         │   └── CommitFailedError        commits keep failing: a failure that will not heal
         ├── ProcessingError              ``process()`` raised and the handler said FAIL
         ├── ProcessorFailedError         the processor stopped on an earlier error; use refused
+        ├── IllegalTaskStateError        a task was asked for a move its state does not allow
         └── BrokerRestoreError           a partition could not be restored from its topic
 
 Every error carries structured fields.  A confluent-kafka ``KafkaException`` is
@@ -29,6 +30,7 @@ __all__ = [
     "ChangelogTopicMismatchError",
     "CoPartitioningError",
     "CommitFailedError",
+    "IllegalTaskStateError",
     "KafkaClientError",
     "KafkaStateError",
     "ProcessingError",
@@ -149,3 +151,13 @@ class ProcessorFailedError(KafkaStateError):
         super().__init__(f"{operation} refused: the processor stopped on {error!r}")
         self.operation = operation
         self.error = error
+
+
+class IllegalTaskStateError(KafkaStateError):
+    """Task ``partition`` in ``state`` was asked to move to ``target``, which is not legal."""
+
+    def __init__(self, partition: int, state: str, target: str) -> None:
+        super().__init__(f"task {partition}: no move from {state} to {target}")
+        self.partition = partition
+        self.state = state
+        self.target = target

@@ -51,8 +51,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import attrs
-
 from statestore.kafka.commit import (
     CommitResult,
     FaultHook,
@@ -76,24 +74,18 @@ from statestore.kafka.handlers import (
     dead_letter_headers,
     log_and_fail,
 )
-from statestore.kafka.restore import (
-    applied_meta,
-    plan_broker_restore,
-    restore_partition,
-    stored_applied_time_ms,
-    stored_topic_id,
-)
+from statestore.kafka.restore import applied_meta
+from statestore.kafka.restorer import RestoredTask, Restorer, TaskRestored
 from statestore.kafka.standby import StandbyTasks, group_owners, standby_partitions
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
+from statestore.kafka.tasks import Task, TaskState
 from statestore.kafka.topics import (
     TopicInfo,
     changelog_topic_name,
     check_copartitioned,
     ensure_changelog_topics,
     partition_counts,
-    watermarks,
 )
-from statestore.stores.engine import RocksDBEngine
 from statestore.stores.restore import StateRestoreListener
 
 __all__ = ["FATAL_COMMIT_CODES", "Processor", "ProcessorContext", "TaskRestored"]
@@ -120,41 +112,6 @@ FATAL_COMMIT_CODES: Final = frozenset(
 """librdkafka error names of a commit failure that no retry heals: the processor stops at once."""
 
 
-@attrs.frozen(kw_only=True)
-class TaskRestored:
-    """One store partition made ready: how it was restored.  Immutable."""
-
-    store: str
-    partition: int
-    rebuilt: bool
-    reason: str
-    start_offset: int
-    end_offset: int
-    records_restored: int
-    seconds: float
-
-
-class _Task:
-    """Partition ``p``: its stores, input positions and last committed input offsets.
-
-    Invariants: ``positions`` and ``committed`` map every input topic of the
-    task to the next offset to process / the last committed one; the stores
-    hold only committed data plus the current buffer.
-    """
-
-    def __init__(self, partition: int, stores: dict[str, TaskStore[Any, Any]]) -> None:
-        self.partition = partition
-        self.stores = stores
-        self.positions: dict[str, int] = {}
-        self.committed: dict[str, int] = {}
-        self.skip: dict[tuple[str, int], ProcessingErrorContext] = {}
-        """Records the handler said to skip, by (topic, offset), until a commit passes them."""
-
-    def close(self) -> None:
-        for store in self.stores.values():
-            store.close()
-
-
 class ProcessorContext:
     """What ``process(context, message)`` gets: the record's stores and an output buffer.
 
@@ -163,7 +120,7 @@ class ProcessorContext:
 
     def __init__(self, processor: Processor) -> None:
         self._processor = processor
-        self._task: _Task | None = None
+        self._task: Task | None = None
 
     @property
     def partition(self) -> int:
@@ -218,8 +175,9 @@ class Processor:
         self._fault_hook = fault_hook
         self._handler = processing_exception_handler
         self._wall_clock_ms = wall_clock_ms
-        self._tasks: dict[int, _Task] = {}
-        self._to_restore: dict[int, list[Any]] = {}
+        self._tasks: dict[int, Task] = {}
+        """Every assigned task, by partition, whatever its state."""
+        self._restorer: Restorer | None = None
         self._outputs: list[OutputRecord] = []
         self._topics: dict[str, TopicInfo] = {}
         self._partitions = 0
@@ -227,7 +185,6 @@ class Processor:
         self._last_commit = time.monotonic()
         self._consumer: Any = None
         self._producer: Any = None
-        self._restore_consumer: Any = None
         self._admin: Any = None
         self._context = ProcessorContext(self)
         self._standby: StandbyTasks | None = None
@@ -333,7 +290,7 @@ class Processor:
         )
         self._topics = {name: infos[topic] for name, topic in names.items()}
         self._producer = self._new_producer()
-        self._restore_consumer = Consumer(
+        restore_consumer = Consumer(
             {
                 **self._client_config(),
                 "group.id": f"{config.application_id}-restore",
@@ -344,6 +301,20 @@ class Processor:
                 **config.consumer_overrides,
             }
         )
+        self._restorer = Restorer(
+            consumer=restore_consumer,
+            close_consumer=restore_consumer.close,
+            admin=self._admin,
+            state_dir=self._state_dir,
+            topics=self._topics,
+            rocksdb=config.rocksdb,
+            changelog=config.changelog,
+            batch_bytes=config.restore_batch_bytes,
+            stall_timeout_s=config.restore_timeout_ms / 1000,
+            listener=self._restore_listener,
+            wall_clock_ms=self._wall_clock_ms,
+        )
+        self._restorer.start()
         if config.num_standby_replicas > 0:
             self._standby = StandbyTasks(
                 consumer=Consumer(
@@ -404,7 +375,11 @@ class Processor:
         if partitions:
             consumer.pause(partitions)
         for tp in partitions:
-            self._to_restore.setdefault(tp.partition, []).append(tp)
+            task = self._tasks.get(tp.partition)
+            if task is None:
+                self._tasks[tp.partition] = Task(tp.partition, [tp])
+            elif task.state is TaskState.CREATED:
+                task.inputs.append(tp)
         logger.info("assigned %s", sorted({tp.partition for tp in partitions}))
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
@@ -434,122 +409,101 @@ class Processor:
             consumer.unassign()
 
     def _close_tasks(self, partitions: Sequence[int], *, caught_up: bool) -> None:
-        """Close the tasks of ``partitions``; ``caught_up``: stamp the applied time first.
+        """Suspend and close the tasks of ``partitions``; ``caught_up``: stamp the applied time.
 
-        After a revoke or a clean close every committed record of the partition
-        is in RocksDB (this process was its only writer since its restore), so
-        the state is current *now*: stamping it keeps a quick restart from
-        being taken for stale.  A lost partition may have had another writer:
-        no stamp.
+        A restoring task is taken back from the restorer first (its engines
+        closed there).  After a revoke or a clean close every committed record
+        of a running task's partition is in RocksDB (this process was its only
+        writer since its restore), so the state is current *now*: stamping it
+        keeps a quick restart from being taken for stale.  A lost partition
+        may have had another writer: no stamp.
         """
         now_ms = self._wall_clock_ms()
+        cancelled = False
         for p in partitions:
-            self._to_restore.pop(p, None)
             task = self._tasks.pop(p, None)
             if task is None:
                 continue
-            if caught_up:
+            was = task.state
+            task.move(TaskState.SUSPENDED)
+            if was is TaskState.RESTORING and self._restorer is not None:
+                self._restorer.remove(p)
+                cancelled = True
+            if was is TaskState.RUNNING and caught_up:
                 for name, store in task.stores.items():
                     store.drop_pending()
                     store.apply(
                         store.applied_offset, applied_meta(self._topics[name].topic_id, now_ms)
                     )
             task.close()
+        if cancelled:
+            self._take_restored()  # a result that was already on its way: closed there
 
     # -- restore -------------------------------------------------------------------------
 
-    def _restore_pending(self) -> None:
-        while self._to_restore:
-            p, tps = next(iter(self._to_restore.items()))
-            if self._standby is not None:
-                self._standby.release(
-                    p
-                )  # its RocksDB becomes the active one: only the tail replays
-            task = self._restore_task(p)
-            task.committed = self._committed_offsets(tps)
-            task.positions = dict(task.committed)
-            self._tasks[p] = task
-            del self._to_restore[p]
-            for tp in tps:
-                self._seek(tp.topic, p, task.committed[tp.topic])
-            self._consumer.resume(tps)
+    def _start_restores(self) -> None:
+        """Hand every CREATED task to the restorer (CREATED -> RESTORING)."""
+        assert self._restorer is not None
+        for task in self._tasks.values():
+            if task.state is TaskState.CREATED:
+                if self._standby is not None:
+                    # its RocksDB becomes the active one: only the tail replays
+                    self._standby.release(task.partition)
+                task.move(TaskState.RESTORING)
+                self._restorer.add(task.partition)
 
-    def _restore_task(self, p: int) -> _Task:
-        stores: dict[str, TaskStore[Any, Any]] = {}
+    def _take_restored(self) -> None:
+        """Run the tasks the restorer finished (RESTORING -> RUNNING); raise a failed restore.
+
+        A failed task goes back to the restorer (RESTORING -> SUSPENDED ->
+        RESTORING) and the first error is raised once every result is handled.
+        A result for a task that is no longer restoring (revoked meanwhile) is
+        closed.
+        """
+        if self._restorer is None:
+            return
+        failed: BaseException | None = None
+        for result in self._restorer.take():
+            task = self._tasks.get(result.partition)
+            if task is None or task.state is not TaskState.RESTORING:
+                for engine in result.engines.values():
+                    engine.close(flush=False)
+                continue
+            if result.error is not None:
+                task.move(TaskState.SUSPENDED)
+                task.move(TaskState.RESTORING)
+                self._restorer.add(task.partition)
+                failed = failed or result.error
+                continue
+            self._run_task(task, result)
+        if failed is not None:
+            raise failed
+
+    def _run_task(self, task: Task, result: RestoredTask) -> None:
+        """Wrap the restored engines, read the committed offsets, resume the inputs."""
+        stores: dict[str, TaskStore[Any, Any]] = {
+            name: TaskStore(
+                name=name,
+                partition=task.partition,
+                engine=engine,
+                key_serde=self._specs[name].key_serde,
+                value_serde=self._specs[name].value_serde,
+            )
+            for name, engine in result.engines.items()
+        }
         try:
-            for name, spec in self._specs.items():
-                stores[name] = self._restore_store(spec, p)
+            committed = self._committed_offsets(task.inputs)
         except BaseException:
             for store in stores.values():
                 store.close(flush=False)
             raise
-        return _Task(p, stores)
-
-    def _restore_store(self, spec: KafkaStoreSpec, p: int) -> TaskStore[Any, Any]:
-        started = time.perf_counter()
-        info = self._topics[spec.name]
-        path = self._state_dir / f"{spec.name}-{p}"
-        label = f"[{spec.name}-{p}]"
-        engine = RocksDBEngine.open(path, config=self._config.rocksdb, cache=None, label=label)
-        try:
-            low, high = watermarks(self._admin, info.name, [p])[p]
-            has_data = next(iter(engine.items()), None) is not None
-            plan = plan_broker_restore(
-                applied_offset=engine.applied_offset(),
-                has_data=has_data,
-                stored_topic=stored_topic_id(engine),
-                applied_time_ms=stored_applied_time_ms(engine),
-                topic_id=info.topic_id,
-                log_start_offset=low,
-                high_watermark=high,
-                now_ms=self._wall_clock_ms(),
-                config=self._config.changelog,
-            )
-            if plan.rebuild:
-                logger.warning("%s rebuilding from %s: %s", label, info.name, plan.reason)
-                engine.close(flush=False)
-                RocksDBEngine.destroy(path)
-                engine = RocksDBEngine.open(
-                    path, config=self._config.rocksdb, cache=None, label=label
-                )
-            restored = restore_partition(
-                self._restore_consumer,
-                engine,
-                store=spec.name,
-                topic=info.name,
-                partition=p,
-                topic_id=info.topic_id,
-                start_offset=plan.start_offset,
-                end_offset=high,
-                batch_records=self._config.restore_batch_records,
-                stall_timeout_s=self._config.restore_timeout_ms / 1000,
-                listener=self._restore_listener,
-                wall_clock_ms=self._wall_clock_ms,
-            )
-        except BaseException:
-            engine.close(flush=False)
-            raise
-        store: TaskStore[Any, Any] = TaskStore(
-            name=spec.name,
-            partition=p,
-            engine=engine,
-            key_serde=spec.key_serde,
-            value_serde=spec.value_serde,
-        )
+        task.run(stores, committed)
+        for tp in task.inputs:
+            self._seek(tp.topic, task.partition, committed[tp.topic])
+        self._consumer.resume(task.inputs)
         if self._on_restored is not None:
-            self._on_restored(
-                TaskRestored(
-                    store=spec.name,
-                    partition=p,
-                    rebuilt=plan.rebuild,
-                    reason=plan.reason,
-                    start_offset=plan.start_offset,
-                    end_offset=high,
-                    records_restored=restored,
-                    seconds=time.perf_counter() - started,
-                )
-            )
-        return store
+            for report in result.reports:
+                self._on_restored(report)
 
     def _committed_offsets(self, tps: list[Any]) -> dict[str, int]:
         """The committed input offsets (stable ones: a pending transaction is waited for)."""
@@ -604,7 +558,8 @@ class Processor:
     def _poll(self, timeout_s: float) -> int:
         messages = self._consumer.consume(self._config.poll_records, timeout=timeout_s)
         self._last_poll = time.monotonic()
-        self._restore_pending()
+        self._start_restores()
+        self._take_restored()
         processed = 0
         context = self._context
         process = self._process
@@ -617,7 +572,7 @@ class Processor:
                 logger.warning("consume: %s", error)
                 continue
             task = self._tasks.get(message.partition())
-            if task is None:
+            if task is None or task.state is not TaskState.RUNNING:
                 continue  # revoked or lost within this consume() call
             topic = message.topic()
             offset = message.offset()
@@ -645,7 +600,7 @@ class Processor:
             self._commit(timeout_s=self._config.transaction_timeout_ms / 1000 * 0.8, swallow=True)
         return processed
 
-    def _handle_processing_error(self, task: _Task, message: Any, exc: Exception) -> None:
+    def _handle_processing_error(self, task: Task, message: Any, exc: Exception) -> None:
         """Abandon the open transaction of every task, then do what the handler says."""
         self.processing_errors += 1
         self._rewind_all()
@@ -701,7 +656,7 @@ class Processor:
         from confluent_kafka import TopicPartition  # noqa: PLC0415
 
         offsets = []
-        for task in self._tasks.values():
+        for task in self._running():
             for topic, position in task.positions.items():
                 if position >= 0 and position != task.committed.get(topic):
                     offsets.append(TopicPartition(topic, task.partition, position))
@@ -728,7 +683,7 @@ class Processor:
             StoreTopic(
                 store=store, topic=self._topics[name].name, topic_id=self._topics[name].topic_id
             )
-            for task in self._tasks.values()
+            for task in self._running()
             for name, store in task.stores.items()
         ]
         if not offsets and not self._outputs and not any(s.store.pending for s in stores):
@@ -753,7 +708,7 @@ class Processor:
             return None
         self._failed_commits = 0
         self._commit_backoff_s = 0.0
-        for task in self._tasks.values():
+        for task in self._running():
             task.committed = dict(task.positions)
             if task.skip:
                 task.skip = {
@@ -859,7 +814,7 @@ class Processor:
                 wanted = standby_partitions(
                     owners, self._consumer.memberid() or "", self._config.num_standby_replicas
                 )
-                self._standby.refresh(wanted - set(self._tasks) - set(self._to_restore))
+                self._standby.refresh(wanted - set(self._tasks))
         self._standby.poll()
 
     @property
@@ -869,13 +824,13 @@ class Processor:
 
     def _drop_all(self) -> None:
         self._outputs = []
-        for task in self._tasks.values():
+        for task in self._running():
             for store in task.stores.values():
                 store.drop_pending()
 
     def _rewind_all(self) -> None:
         self._drop_all()
-        for task in self._tasks.values():
+        for task in self._running():
             task.positions = dict(task.committed)
             for topic, offset in task.committed.items():
                 self._seek(topic, task.partition, offset)
@@ -918,7 +873,7 @@ class Processor:
         try:
             if self._consumer is not None:
                 try:
-                    if self._tasks and commit:
+                    if commit and any(True for _ in self._running()):
                         self._commit(
                             timeout_s=self._config.transaction_timeout_ms / 1000, swallow=True
                         )
@@ -932,9 +887,9 @@ class Processor:
             if self._standby is not None:
                 self._standby.close()
                 self._standby = None
-            if self._restore_consumer is not None:
-                self._restore_consumer.close()
-                self._restore_consumer = None
+            if self._restorer is not None:
+                self._restorer.close()
+                self._restorer = None
             if self._producer is not None:
                 self._producer.flush(5)
                 self._producer = None
@@ -942,8 +897,16 @@ class Processor:
     @property
     def assignment(self) -> list[int]:
         """Partitions whose tasks are restored and running here, sorted."""
-        return sorted(self._tasks)
+        return sorted(task.partition for task in self._running())
 
     def stores(self, name: str) -> Mapping[int, TaskStore[Any, Any]]:
         """The running partitions of store ``name`` (for queries between polls)."""
-        return {p: task.stores[name] for p, task in self._tasks.items()}
+        return {task.partition: task.stores[name] for task in self._running()}
+
+    @property
+    def tasks(self) -> dict[int, TaskState]:
+        """The state of every assigned task, by partition."""
+        return {p: task.state for p, task in self._tasks.items()}
+
+    def _running(self) -> list[Task]:
+        return [task for task in self._tasks.values() if task.state is TaskState.RUNNING]

@@ -13,18 +13,27 @@ Where to start (:func:`plan_broker_restore`), on top of the local rules of
   incremental replay would resurrect deleted keys -> rebuild.  (Locally the
   cleaning barrier prevents this; a broker has none.)
 
-How (:func:`restore_partition`): a dedicated consumer, manually assigned,
-``isolation.level=read_committed``, ``auto.offset.reset=none`` (a vanished
-offset is an error, never a silent jump), reads from the start offset until
-its *position* reaches the end offset captured before the restore (the high
-watermark).  The position, not the last record: transaction markers and
-aborted records occupy offsets that a ``read_committed`` consumer never
-returns.  Records go through :func:`statestore.restore.replay` (WriteBatches
-with the applied offset inside, values never decoded); the final WriteBatch
-also stores the topic id and the applied time.
+How (:class:`RestoreSession`, one pass per :meth:`RestoreSession.step`): one
+consumer, manually assigned *every* partition being restored at once
+(``isolation.level=read_committed``, ``auto.offset.reset=error``: a vanished
+offset is an error, never a silent jump), each at its start offset.  A step
+consumes what the consumer has fetched for all of them (no fixed wait per
+partition), appends each record to its partition's pending WriteBatch, writes
+a WriteBatch once it holds ``batch_bytes`` of keys and values (with the
+applied offset just past its last record, values never decoded), and then
+compares each partition's *position* with the end offset captured before the
+restore (the high watermark).  The position, not the last record:
+transaction markers and aborted records occupy offsets that a
+``read_committed`` consumer never returns.  A partition whose position reached
+its end gets its last WriteBatch with the end offset, the topic id and the
+applied time, is flushed and unassigned: finished.  A partition whose
+position does not move for ``stall_timeout_s`` fails with
+:class:`BrokerRestoreError`.
 
-Thread-safety: runs on the caller's thread; the consumer and the engine are
-used by nobody else meanwhile.
+:func:`restore_partition` is the one-partition session run to its end.
+
+Thread-safety: a session is used by one thread (the restorer's); its consumer
+and the engines of its partitions are used by nobody else meanwhile.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from statestore.kafka.config import ChangelogTopicConfig
@@ -43,7 +52,9 @@ from statestore.stores.restore import RestorePlan, StateRestoreListener, plan_re
 __all__ = [
     "APPLIED_TIME_KEY",
     "TOPIC_ID_KEY",
+    "PartitionReplay",
     "RestoreConsumer",
+    "RestoreSession",
     "applied_meta",
     "plan_broker_restore",
     "restore_partition",
@@ -63,11 +74,11 @@ _TIME: Final = struct.Struct(">q")
 class RestoreConsumer(Protocol):
     """What a restore needs of a consumer (confluent-kafka's ``Consumer`` has it)."""
 
-    def assign(self, partitions: list[Any]) -> None:
-        """Assign exactly these partitions (with their start offsets)."""
+    def incremental_assign(self, partitions: list[Any]) -> None:
+        """Add these partitions (with their start offsets) to the assignment."""
 
-    def unassign(self) -> None:
-        """Drop the assignment."""
+    def incremental_unassign(self, partitions: list[Any]) -> None:
+        """Remove these partitions from the assignment."""
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
         """Up to ``num_messages`` messages."""
@@ -138,108 +149,207 @@ def plan_broker_restore(
     )
 
 
-def _batches(
-    consumer: RestoreConsumer,
-    *,
-    topic: str,
-    partition: int,
-    end_offset: int,
-    fetch_records: int,
-    stall_timeout_s: float,
-    clock: Callable[[], float],
-) -> Callable[[int], Iterator[list[tuple[int, bytes | None, bytes | None]]]]:
-    from confluent_kafka import KafkaError, TopicPartition  # noqa: PLC0415
+class PartitionReplay:
+    """One changelog partition being replayed into one engine: where it is, what is pending.
 
-    def read(start_offset: int) -> Iterator[list[tuple[int, bytes | None, bytes | None]]]:
-        tp = TopicPartition(topic, partition, start_offset)
-        consumer.assign([tp])
-        position = start_offset
-        last_progress = clock()
-        try:
-            while position < end_offset:
-                messages = consumer.consume(fetch_records, timeout=0.2)
-                entries: list[tuple[int, bytes | None, bytes | None]] = []
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise BrokerRestoreError(topic, partition, position, error.str())
-                    entries.append((message.offset(), message.key(), message.value()))
-                if entries:
-                    yield entries
-                reached = consumer.position([TopicPartition(topic, partition)])[0].offset
-                if reached > position:
-                    position = reached
-                    last_progress = clock()
-                elif clock() - last_progress > stall_timeout_s:
-                    raise BrokerRestoreError(
-                        topic,
-                        partition,
-                        position,
-                        f"no progress for {stall_timeout_s:.0f}s towards end offset {end_offset}"
-                        " (an open transaction of a dead owner lasts up to transaction.timeout.ms)",
-                    )
-        finally:
-            consumer.unassign()
-
-    return read
-
-
-def _replay(
-    read: Callable[[int], Iterator[list[tuple[int, bytes | None, bytes | None]]]],
-    engine: RocksDBEngine,
-    *,
-    store: str,
-    topic: str,
-    partition: int,
-    start_offset: int,
-    end_offset: int,
-    batch_records: int,
-    listener: StateRestoreListener | None,
-) -> int:
-    """Apply the records of ``[start_offset, end_offset)`` in WriteBatches; the count.
-
-    Each WriteBatch carries the applied offset just past its last record (values
-    stay bytes); the listener hears of each one, as in the local restore.
+    Invariants: ``pending`` holds the records read since the last WriteBatch
+    (``pending_bytes`` their key and value bytes), all below ``end_offset``;
+    ``position`` is the consumer's position last seen (the next offset).
     """
-    if listener is not None:
-        listener.on_restore_start(store, partition, start_offset, end_offset)
-    restored = 0
-    pending: list[tuple[bytes, bytes | None]] = []
-    last = start_offset - 1
 
-    def apply() -> None:
-        nonlocal pending, restored
-        try:
-            engine.write(pending, last + 1)
-        except (KeyError, TypeError) as exc:  # a record without a key
-            raise BrokerRestoreError(
-                store, partition, last, f"changelog record without a key: {exc}"
-            ) from exc
-        restored += len(pending)
-        if listener is not None:
-            listener.on_batch_restored(store, partition, last, len(pending))
-        pending = []
+    def __init__(
+        self,
+        *,
+        store: str,
+        topic: str,
+        partition: int,
+        topic_id: str,
+        engine: RocksDBEngine,
+        start_offset: int,
+        end_offset: int,
+    ) -> None:
+        self.store = store
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.engine = engine
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        self.position = start_offset
+        self.progress_at = 0.0
+        self.pending: list[tuple[bytes, bytes | None]] = []
+        self.pending_bytes = 0
+        self.last_offset = start_offset - 1
+        self.restored = 0
 
-    if start_offset < end_offset:
-        for entries in read(start_offset):
-            for offset, key, value in entries:
-                if offset >= end_offset:
-                    break
-                if key is None:
-                    raise BrokerRestoreError(
-                        topic, partition, offset, "changelog record without a key"
-                    )
-                pending.append((key, value))
-                last = offset
-            if len(pending) >= batch_records:
-                apply()
-    if pending:
-        apply()
-    if listener is not None:
-        listener.on_restore_end(store, partition, restored)
-    return restored
+    @property
+    def key(self) -> tuple[str, int]:
+        """``(topic, partition)``."""
+        return (self.topic, self.partition)
+
+
+class RestoreSession:
+    """Replays many changelog partitions at once with one consumer (module docstring).
+
+    Invariants: the consumer is assigned exactly the partitions in ``_active``.
+    Not thread-safe: one thread drives it.
+    """
+
+    def __init__(
+        self,
+        consumer: RestoreConsumer,
+        *,
+        batch_bytes: int,
+        fetch_records: int = 10_000,
+        stall_timeout_s: float,
+        listener: StateRestoreListener | None = None,
+        wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._consumer = consumer
+        self._batch_bytes = batch_bytes
+        self._fetch_records = fetch_records
+        self._stall_timeout_s = stall_timeout_s
+        self._listener = listener
+        self._wall_clock_ms = wall_clock_ms
+        self._clock = clock
+        self._active: dict[tuple[str, int], PartitionReplay] = {}
+
+    @property
+    def active(self) -> int:
+        """Partitions being replayed."""
+        return len(self._active)
+
+    def add(self, replays: list[PartitionReplay]) -> list[PartitionReplay]:
+        """Start replaying ``replays``; those with nothing to replay finish at once (returned)."""
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        finished: list[PartitionReplay] = []
+        assign: list[Any] = []
+        now = self._clock()
+        for replay in replays:
+            if self._listener is not None:
+                self._listener.on_restore_start(
+                    replay.store, replay.partition, replay.start_offset, replay.end_offset
+                )
+            if replay.start_offset >= replay.end_offset:
+                self._finish(replay)
+                finished.append(replay)
+                continue
+            replay.progress_at = now
+            self._active[replay.key] = replay
+            assign.append(TopicPartition(replay.topic, replay.partition, replay.start_offset))
+        if assign:
+            self._consumer.incremental_assign(assign)
+        return finished
+
+    def remove(self, keys: list[tuple[str, int]]) -> list[PartitionReplay]:
+        """Stop replaying these partitions (their engines are the caller's again); the removed."""
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        removed = [self._active.pop(key) for key in keys if key in self._active]
+        if removed:
+            self._consumer.incremental_unassign(
+                [TopicPartition(r.topic, r.partition) for r in removed]
+            )
+        return removed
+
+    def step(self, timeout_s: float) -> list[PartitionReplay]:
+        """One pass: consume, fill and write WriteBatches, finish what reached its end.
+
+        Returns the partitions that finished in this pass.  Raises
+        :class:`BrokerRestoreError` (its ``topic``/``partition`` name the
+        partition) on a broken or stalled partition; the caller removes it.
+        """
+        from confluent_kafka import KafkaError, TopicPartition  # noqa: PLC0415
+
+        active = self._active
+        batch_bytes = self._batch_bytes
+        for message in self._consumer.consume(self._fetch_records, timeout=timeout_s):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise BrokerRestoreError(
+                    message.topic(), message.partition(), message.offset(), error.str()
+                )
+            replay = active.get((message.topic(), message.partition()))
+            if replay is None:
+                continue  # removed meanwhile
+            offset = message.offset()
+            if offset >= replay.end_offset:
+                continue
+            key = message.key()
+            if key is None:
+                raise BrokerRestoreError(
+                    replay.topic, replay.partition, offset, "changelog record without a key"
+                )
+            value = message.value()
+            replay.pending.append((key, value))
+            replay.pending_bytes += len(key) + (0 if value is None else len(value))
+            replay.last_offset = offset
+            if replay.pending_bytes >= batch_bytes:
+                self._apply(replay)
+        if not active:
+            return []
+        positions = self._consumer.position(
+            [TopicPartition(topic, partition) for topic, partition in active]
+        )
+        now = self._clock()
+        finished: list[PartitionReplay] = []
+        for tp in positions:
+            replay = active[(tp.topic, tp.partition)]
+            if tp.offset > replay.position:
+                replay.position = tp.offset
+                replay.progress_at = now
+            if replay.position >= replay.end_offset:
+                self._finish(replay)
+                finished.append(replay)
+            elif now - replay.progress_at > self._stall_timeout_s:
+                raise BrokerRestoreError(
+                    replay.topic,
+                    replay.partition,
+                    replay.position,
+                    f"no progress for {self._stall_timeout_s:.0f}s towards end offset"
+                    f" {replay.end_offset} (an open transaction of a dead owner lasts up to"
+                    " transaction.timeout.ms)",
+                )
+        if finished:
+            self.remove([replay.key for replay in finished])
+        return finished
+
+    def _apply(self, replay: PartitionReplay) -> None:
+        """Write the pending records of ``replay`` with the applied offset just past them."""
+        if not replay.pending:
+            return
+        count = len(replay.pending)
+        replay.engine.write(replay.pending, replay.last_offset + 1)
+        replay.restored += count
+        replay.pending = []
+        replay.pending_bytes = 0
+        if self._listener is not None:
+            self._listener.on_batch_restored(
+                replay.store, replay.partition, replay.last_offset, count
+            )
+
+    def _finish(self, replay: PartitionReplay) -> None:
+        """The last WriteBatch: the rest, the end offset, the topic id and the applied time."""
+        self._apply(replay)
+        replay.engine.write(
+            [], replay.end_offset, meta=applied_meta(replay.topic_id, self._wall_clock_ms())
+        )
+        replay.engine.flush()
+        if self._listener is not None:
+            self._listener.on_restore_end(replay.store, replay.partition, replay.restored)
+        logger.info(
+            "[%s-%s] restored %s records of %s [%s, %s)",
+            replay.store,
+            replay.partition,
+            replay.restored,
+            replay.topic,
+            replay.start_offset,
+            replay.end_offset,
+        )
 
 
 def restore_partition(
@@ -252,7 +362,7 @@ def restore_partition(
     topic_id: str,
     start_offset: int,
     end_offset: int,
-    batch_records: int,
+    batch_bytes: int,
     stall_timeout_s: float,
     listener: StateRestoreListener | None = None,
     wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
@@ -260,38 +370,31 @@ def restore_partition(
 ) -> int:
     """Replay ``topic``-``partition`` ``[start_offset, end_offset)`` into ``engine``; the count.
 
-    Ends with one WriteBatch holding the applied offset ``end_offset``, the
-    topic id and the applied time.
+    A :class:`RestoreSession` of one partition, stepped until it finishes: ends
+    with one WriteBatch holding the applied offset ``end_offset``, the topic id
+    and the applied time.
     """
-    read = _batches(
+    session = RestoreSession(
         consumer,
-        topic=topic,
-        partition=partition,
-        end_offset=end_offset,
-        fetch_records=min(batch_records, 10_000),
+        batch_bytes=batch_bytes,
         stall_timeout_s=stall_timeout_s,
+        listener=listener,
+        wall_clock_ms=wall_clock_ms,
         clock=clock,
     )
-    restored = _replay(
-        read,
-        engine,
+    replay = PartitionReplay(
         store=store,
         topic=topic,
         partition=partition,
+        topic_id=topic_id,
+        engine=engine,
         start_offset=start_offset,
         end_offset=end_offset,
-        batch_records=batch_records,
-        listener=listener,
     )
-    engine.write([], end_offset, meta=applied_meta(topic_id, wall_clock_ms()))
-    engine.flush()
-    logger.info(
-        "[%s-%s] restored %s records of %s [%s, %s)",
-        store,
-        partition,
-        restored,
-        topic,
-        start_offset,
-        end_offset,
-    )
-    return restored
+    finished = session.add([replay])
+    try:
+        while not finished:
+            finished = session.step(0.1)
+    finally:
+        session.remove([replay.key])
+    return replay.restored

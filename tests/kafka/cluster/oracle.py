@@ -228,7 +228,10 @@ def restart_and_check(app: App, state_dir: Path, skipped: Sequence[int] = ()) ->
     with app.processor(
         state_dir, fail_on=lambda seq: seq in skipped, handler=log_and_continue
     ) as processor:
-        run_until(lambda: processor.poll_once(0.1), app.committed_end)
+        run_until(
+            lambda: processor.poll_once(0.1),
+            lambda: len(processor.assignment) == PARTITIONS and app.committed_end(),
+        )
         processor.commit()
         local = {
             key: value

@@ -5,12 +5,13 @@ Never checks the numbers: performance is judged by ``python -m benchmarks.cluste
 
 from __future__ import annotations
 
-from benchmarks.cluster_bench import case_eos, case_restore
+from benchmarks.cluster_bench import case_eos, case_restore, case_restore_partitions
 from scripts.kafka.broker import KafkaBroker
 
 
 def test_cluster_bench_cases_run(cluster: KafkaBroker) -> None:
     rows = case_restore(cluster.bootstrap_servers, 300, 1)
     rows += case_eos(cluster.bootstrap_servers, {"txns_100": 2, "txns_1000": 1}, 1)
-    assert [r.unit for r in rows] == ["rec/s"] * 3
+    rows += case_restore_partitions(cluster.bootstrap_servers, 300, 1)
+    assert [r.unit for r in rows] == ["rec/s"] * 5
     assert all(r.value > 0 and r.baseline_value for r in rows)

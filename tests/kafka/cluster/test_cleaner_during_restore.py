@@ -79,7 +79,7 @@ def test_restores_during_cleaning_are_exact(cluster: KafkaBroker, tmp_path: Path
                 topic_id=info.topic_id,
                 start_offset=low,
                 end_offset=high,
-                batch_records=500,
+                batch_bytes=16 * 1024,
                 stall_timeout_s=60,
             )
             assert dict(engine.items()) == model, f"round {round_no}"

@@ -128,9 +128,22 @@ class FakeProducer:
 
 class _Message:
     def __init__(
-        self, offset: int, key: bytes | None, value: bytes | None, error: Any = None
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        error: Any = None,
     ) -> None:
+        self._topic, self._partition = topic, partition
         self._offset, self._key, self._value, self._error = offset, key, value, error
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
 
     def offset(self) -> int:
         return self._offset
@@ -146,9 +159,13 @@ class _Message:
 
 
 class FakeRestoreConsumer:
-    """One changelog partition: ``records`` (with gaps) below ``end_offset`` (its high watermark).
+    """Changelog partitions served like a ``read_committed`` consumer, many at once.
 
-    ``stuck_at``: the position never passes it (an open transaction that never ends).
+    ``records`` (with gaps) below ``end_offset`` (the high watermark) are what
+    every partition holds, unless ``logs`` gives a partition its own
+    ``(records, end_offset)``.  ``stuck_at``: no position passes it (an open
+    transaction that never ends).  ``consume`` serves the assigned partitions
+    round robin, ``per_partition`` records of each per call.
     """
 
     def __init__(
@@ -157,31 +174,52 @@ class FakeRestoreConsumer:
         end_offset: int,
         *,
         stuck_at: int | None = None,
+        logs: dict[int, tuple[list[tuple[int, bytes | None, bytes | None]], int]] | None = None,
+        per_partition: int = 1000,
     ) -> None:
         self.records = records
         self.end_offset = end_offset
         self.stuck_at = stuck_at
+        self.logs = logs or {}
+        self.per_partition = per_partition
         self.assigned: list[Any] = []
         self.unassigned = 0
-        self._position = 0
+        self.consumes = 0
+        self._positions: dict[tuple[str, int], int] = {}
 
-    def assign(self, partitions: list[Any]) -> None:
+    def _log(self, partition: int) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
+        return self.logs.get(partition, (self.records, self.end_offset))
+
+    def incremental_assign(self, partitions: list[Any]) -> None:
         self.assigned.append(partitions)
-        self._position = partitions[0].offset
+        for tp in partitions:
+            self._positions[(tp.topic, tp.partition)] = tp.offset
 
-    def unassign(self) -> None:
+    def incremental_unassign(self, partitions: list[Any]) -> None:
         self.unassigned += 1
+        for tp in partitions:
+            self._positions.pop((tp.topic, tp.partition), None)
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
-        limit = self.end_offset if self.stuck_at is None else self.stuck_at
-        out = [_Message(o, k, v) for o, k, v in self.records if self._position <= o < limit][
-            :num_messages
-        ]
-        if out:
-            self._position = out[-1].offset() + 1
-        else:
-            self._position = max(self._position, limit)  # past markers / compacted gaps
+        self.consumes += 1
+        out: list[Any] = []
+        for (topic, partition), position in list(self._positions.items()):
+            records, end = self._log(partition)
+            limit = end if self.stuck_at is None else min(end, self.stuck_at)
+            batch = [
+                _Message(topic, partition, o, k, v) for o, k, v in records if position <= o < limit
+            ][: min(self.per_partition, num_messages - len(out))]
+            out.extend(batch)
+            if batch:
+                self._positions[(topic, partition)] = batch[-1].offset() + 1
+            else:
+                self._positions[(topic, partition)] = max(position, limit)  # markers, gaps
+            if len(out) >= num_messages:
+                break
         return out
 
     def position(self, partitions: list[Any]) -> list[Any]:
-        return [TopicPartition(tp.topic, tp.partition, self._position) for tp in partitions]
+        return [
+            TopicPartition(tp.topic, tp.partition, self._positions[(tp.topic, tp.partition)])
+            for tp in partitions
+        ]

@@ -9,6 +9,8 @@ import pytest
 from statestore.config import RocksDBConfig
 from statestore.kafka import BrokerRestoreError, ChangelogTopicConfig
 from statestore.kafka.restore import (
+    PartitionReplay,
+    RestoreSession,
     plan_broker_restore,
     restore_partition,
     stored_applied_time_ms,
@@ -94,7 +96,7 @@ def test_replay_ends_by_position_over_gaps_and_markers(tmp_path: Path) -> None:
         topic_id="id-1",
         start_offset=0,
         end_offset=10,
-        batch_records=2,
+        batch_bytes=4,
         stall_timeout_s=5,
         wall_clock_ms=lambda: 777,
     )
@@ -121,7 +123,7 @@ def test_incremental_replay_starts_at_the_stored_offset(tmp_path: Path) -> None:
         topic_id="id",
         start_offset=3,
         end_offset=5,
-        batch_records=100,
+        batch_bytes=1000,
         stall_timeout_s=5,
     )
     assert consumer.assigned[0][0].offset == 3
@@ -143,10 +145,94 @@ def test_a_restore_that_makes_no_progress_fails(tmp_path: Path) -> None:
             topic_id="id",
             start_offset=0,
             end_offset=5,
-            batch_records=100,
+            batch_bytes=1000,
             stall_timeout_s=3,
             clock=lambda: float(next(ticks)),
         )
     assert caught.value.offset == 2 and "no progress" in caught.value.reason
     assert consumer.unassigned == 1
+    engine.close()
+
+
+class _Batches:
+    """A StateRestoreListener that records every WriteBatch (store, partition, count)."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, int, int]] = []
+        self.ended: list[tuple[str, int, int]] = []
+
+    def on_restore_start(self, store: str, partition: int, start: int, end: int) -> None:
+        pass
+
+    def on_batch_restored(self, store: str, partition: int, last: int, count: int) -> None:
+        self.batches.append((store, partition, count))
+
+    def on_restore_end(self, store: str, partition: int, total: int) -> None:
+        self.ended.append((store, partition, total))
+
+
+def test_a_session_restores_many_partitions_at_once(tmp_path: Path) -> None:
+    partitions = 48
+    per = 300
+    logs = {
+        p: ([(o, f"k{p}-{o}".encode(), b"v" * 10) for o in range(0, per * 2, 2)], per * 2 + 1)
+        for p in range(partitions)
+    }
+    consumer = FakeRestoreConsumer([], 0, logs=logs, per_partition=100)
+    listener = _Batches()
+    session = RestoreSession(consumer, batch_bytes=1000, stall_timeout_s=5, listener=listener)
+    engines = [
+        RocksDBEngine.open(tmp_path / f"db-{p}", config=RocksDBConfig(), cache=None)
+        for p in range(partitions)
+    ]
+    replays = [
+        PartitionReplay(
+            store="s",
+            topic="t",
+            partition=p,
+            topic_id="id",
+            engine=engines[p],
+            start_offset=0,
+            end_offset=per * 2 + 1,
+        )
+        for p in range(partitions)
+    ]
+    assert session.add(replays) == []
+    assert len(consumer.assigned) == 1, "one assignment of every partition"
+    finished: list[PartitionReplay] = []
+    steps = 0
+    while len(finished) < partitions:
+        finished.extend(session.step(0.01))
+        steps += 1
+        assert steps < 100
+    # every partition advances in every step: the steps are those of one partition (+1 to
+    # see the end), not the sum over partitions
+    assert steps <= per // 100 + 2, steps
+    assert session.active == 0 and consumer.unassigned >= 1
+    for engine in engines:
+        assert len(dict(engine.items())) == per
+        assert engine.applied_offset() == per * 2 + 1
+        engine.close()
+    # WriteBatches sized by bytes: 1000 bytes of ~16-byte records, never a whole partition
+    sizes = [count for _s, _p, count in listener.batches]
+    assert max(sizes) < per and sum(sizes) == partitions * per
+    assert sorted(listener.ended) == [("s", p, per) for p in range(partitions)]
+
+
+def test_a_partition_with_nothing_to_replay_finishes_when_added(tmp_path: Path) -> None:
+    consumer = FakeRestoreConsumer([], 0)
+    session = RestoreSession(consumer, batch_bytes=1000, stall_timeout_s=5)
+    engine = _engine(tmp_path)
+    replay = PartitionReplay(
+        store="s",
+        topic="t",
+        partition=0,
+        topic_id="id",
+        engine=engine,
+        start_offset=7,
+        end_offset=7,
+    )
+    assert session.add([replay]) == [replay]
+    assert consumer.assigned == [] and engine.applied_offset() == 7
+    assert stored_topic_id(engine) == "id"
     engine.close()
