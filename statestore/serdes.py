@@ -167,7 +167,7 @@ def _unpack(data: bytes, /, _unpackb: Callable[..., Any] = msgpack.unpackb) -> A
     a partial with keyword arguments copies them into a new dict on every call,
     which measured 0.4-0.8 us per value (a third of decoding a 110-byte map);
     a function passing the keyword through vectorcall costs ~50 ns over a
-    bare ``unpackb`` (issue 18).
+    bare ``unpackb`` (docs/performance.md).
     """
     return _unpackb(data, strict_map_key=False)
 
@@ -180,7 +180,7 @@ def _unpack_many(values: list[bytes], /) -> list[Any]:
     ``bytes``, so wherever it succeeds its result equals the non-strict one.  If
     any value fails, the whole list is decoded again value by value with
     :func:`_unpack`, which returns the non-strict results or raises the error of
-    the first value that cannot be decoded at all.  Measured (issue 18, load ~6):
+    the first value that cannot be decoded at all.  Measured (load ~6):
     1.0x (100 values) to 1.1-1.3x (1,000 values of ~110 bytes) the speed of a list
     comprehension over :func:`_unpack`.
     """

@@ -47,7 +47,7 @@ def recorded_log_config(partition: Path) -> tuple[LogConfig, str]:
     ``log_config`` of ``<store>.metadata.json`` (docs/operations.md, "Store
     metadata"), so a remedy's reopen (K7, X2) and its rebuilt indexes use the
     log's own settings (``index_interval_bytes``: the index density); any other
-    partition directory, or a store without the file (round 1), gets
+    partition directory, or a store without the file (made before store metadata), gets
     ``LogConfig``'s defaults.  A damaged file raises
     :class:`~statestore.errors.CorruptStoreMetadataError`.
     """
