@@ -369,7 +369,7 @@ def _eos_rate(
         started = time.perf_counter()
         for t in range(txns):
             for i in range(records):
-                store.put(keys[(t * records + i) % len(keys)], value)
+                store.store.put(keys[(t * records + i) % len(keys)], value)
             commit_tasks(
                 producer,
                 guarantee=guarantee,  # type: ignore[arg-type]

@@ -6,6 +6,7 @@
     ├── InvalidStoreConfigError      a store, RocksDB or manager setting is rejected (also ValueError)
     ├── StateDirLockedError          another owner (process or thread) holds the state directory
     ├── InvalidStateStoreError       the store is not open (created, restoring, closed or failed)
+    ├── UnsupportedStoreOperationError  the store's mode does not offer the operation (and says why)
     ├── SerdeDefinitionError         a serde refuses a class at construction (a field it cannot keep)
     ├── SerializationError           a key or value cannot be serialized; nothing was written
     ├── RecordTooLargeForLogError    a record would exceed the changelog's max_message_bytes
@@ -54,6 +55,7 @@ __all__ = [
     "TransactionCoordinatorError",
     "TransactionLogCorruptError",
     "TransactionStateMissingError",
+    "UnsupportedStoreOperationError",
 ]
 
 
@@ -119,6 +121,22 @@ class InvalidStateStoreError(StateStoreError):
         self.store = store
         self.state = state
         self.operation = operation
+
+
+class UnsupportedStoreOperationError(StateStoreError):
+    """The store cannot do ``operation`` in the mode it runs in; ``reason`` says why.
+
+    In distributed mode the runtime commits every store of the process in one
+    Kafka transaction, so a store's own ``commit()``, ``abort()`` and
+    ``transaction()`` are refused, and its changelog is a topic partition on the
+    broker, not a local :class:`changelog.Log`.
+    """
+
+    def __init__(self, store: str, operation: str, reason: str) -> None:
+        super().__init__(f"store {store!r} cannot {operation}: {reason}")
+        self.store = store
+        self.operation = operation
+        self.reason = reason
 
 
 class SerializationError(StateStoreError):

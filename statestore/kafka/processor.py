@@ -87,6 +87,7 @@ from statestore.kafka.topics import (
     partition_counts,
 )
 from statestore.stores.restore import StateRestoreListener
+from statestore.stores.typed import KeyValueStore
 
 __all__ = ["FATAL_COMMIT_CODES", "Processor", "ProcessorContext", "TaskRestored"]
 
@@ -128,10 +129,10 @@ class ProcessorContext:
         assert self._task is not None
         return self._task.partition
 
-    def store(self, name: str) -> TaskStore[Any, Any]:
+    def store(self, name: str) -> KeyValueStore[Any, Any]:
         """The partition of store ``name`` that belongs to this record's partition."""
         assert self._task is not None
-        return self._task.stores[name]
+        return self._task.stores[name].store
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
         """Buffer an output record; it is produced inside the next commit's transaction."""
@@ -488,6 +489,7 @@ class Processor:
                 engine=engine,
                 key_serde=self._specs[name].key_serde,
                 value_serde=self._specs[name].value_serde,
+                max_record_bytes=self._specs[name].max_record_bytes,
             )
             for name, engine in result.engines.items()
         }
@@ -899,9 +901,9 @@ class Processor:
         """Partitions whose tasks are restored and running here, sorted."""
         return sorted(task.partition for task in self._running())
 
-    def stores(self, name: str) -> Mapping[int, TaskStore[Any, Any]]:
+    def stores(self, name: str) -> Mapping[int, KeyValueStore[Any, Any]]:
         """The running partitions of store ``name`` (for queries between polls)."""
-        return {task.partition: task.stores[name] for task in self._running()}
+        return {task.partition: task.stores[name].store for task in self._running()}
 
     @property
     def tasks(self) -> dict[int, TaskState]:

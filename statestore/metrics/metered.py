@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from changelog import AppendInfo, Log
@@ -408,7 +408,9 @@ class MeteredParticipant:
             marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
         )
 
-    def apply(self, records: Records, applied_offset: int) -> None:
+    def apply(
+        self, records: Records, applied_offset: int, *, meta: Mapping[bytes, bytes] | None = None
+    ) -> None:
         """T5, then the commit is counted."""
-        self._inner.apply(records, applied_offset)
+        self._inner.apply(records, applied_offset, meta=meta)
         self._count(len(records), self._started)

@@ -56,7 +56,7 @@ from changelog import AppendInfo, Log
 from changelog.native import compiled
 from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, StoreEngineError
-from statestore.stores.change_logging import ChangeLoggingStore
+from statestore.stores.bytes_store import ChangeLogging
 from statestore.stores.participant import Participant, Records
 
 if TYPE_CHECKING:
@@ -88,13 +88,14 @@ _PENDING: Final = _load_pending()
 
 
 class WriteBuffer:
-    """The pending writes of one partition over its :class:`ChangeLoggingStore` (which it owns).
+    """The pending writes of one partition over its change-logging layer (which it owns): a
+    :class:`~statestore.stores.bytes_store.ChangeLogging`, local or distributed.
 
     Implements :class:`~statestore.stores.bytes_store.BytesStore`.
     Thread-safety and invariants: see the module docstring.
     """
 
-    def __init__(self, inner: ChangeLoggingStore) -> None:
+    def __init__(self, inner: ChangeLogging) -> None:
         """Buffer writes for ``inner``, a restored partition; closing the buffer closes it."""
         self._inner = inner
         self._lookup: Callable[[bytes], bytes | None] | None = inner.lookup
@@ -114,7 +115,7 @@ class WriteBuffer:
         """Buffer a put (``None``: a tombstone) until :meth:`commit` (no Python frame: hot path)."""
 
     @property
-    def inner(self) -> ChangeLoggingStore:
+    def inner(self) -> ChangeLogging:
         """The change-logging layer below (for tools and tests; nothing above inspects it)."""
         return self._inner
 
@@ -125,8 +126,8 @@ class WriteBuffer:
 
     @property
     def changelogs(self) -> tuple[Log, ...]:
-        """The partition's changelog, as a one-element tuple."""
-        return (self._inner.changelog,)
+        """The partition's local changelog, as a one-element tuple (empty: a broker's topic)."""
+        return self._inner.changelogs
 
     # ------------------------------------------------------------------ reads
 
@@ -306,9 +307,11 @@ class WriteBuffer:
             marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
         )
 
-    def apply(self, records: Records, applied_offset: int) -> None:
+    def apply(
+        self, records: Records, applied_offset: int, *, meta: Mapping[bytes, bytes] | None = None
+    ) -> None:
         """T5 of a transaction: ``records`` into RocksDB (see :meth:`ChangeLoggingStore.apply`)."""
-        self._inner.apply(records, applied_offset)
+        self._inner.apply(records, applied_offset, meta=meta)
 
     def forget(self, records: Records | Sequence[tuple[bytes, bytes | None]]) -> None:
         """Drop from the buffer exactly the writes ``records`` committed, nothing newer.

@@ -1,4 +1,10 @@
-"""The one place where a store's layers are put together, from the inside out.
+"""The one place where a store's layers are put together, from the inside out, in both modes.
+
+:func:`build_store` builds a local store (steps 0-5 below);
+:func:`wrap_partitions` (steps 4-5 and the top) is shared with distributed
+mode (:mod:`statestore.kafka.store`), whose partitions differ only in their
+change-logging layer: a changelog topic partition committed by the
+processor's Kafka transaction instead of a local ``Log``.
 
 For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
 
@@ -46,17 +52,19 @@ Thread-safety: a plain function; the manager calls it under its own lock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelog import AppendInfo, Log
 from statestore.metrics.metered import MeteredStore, PartitionMetrics
 from statestore.metrics.registry import MetricsRegistry
+from statestore.serdes import Serde
 from statestore.stores.buffer import WriteBuffer
-from statestore.stores.bytes_store import BytesStore
+from statestore.stores.bytes_store import BytesStore, ChangeLogging
 from statestore.stores.change_logging import ChangeLoggingStore
 from statestore.stores.engine import RocksDBEngine
+from statestore.stores.participant import Committer
 from statestore.stores.partitioned import PartitionedStore
 from statestore.stores.reader import StoreReader
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener, open_engine
@@ -67,7 +75,7 @@ from statestore.txn.coordinator import TransactionCoordinator
 if TYPE_CHECKING:
     from statestore.stores._put import Pending
 
-__all__ = ["build_store"]
+__all__ = ["build_store", "wrap_partitions"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,11 +105,9 @@ def build_store(
     ``cross_check=False`` (an operator's explicit rebuild) skips step 2's check
     of RocksDB's applied offset against the changelog.
     """
-    buffers: list[WriteBuffer] = []
+    parts: list[tuple[ChangeLogging, PartitionMetrics | None]] = []
     engines: list[RocksDBEngine] = []
-    layers: list[BytesStore] = []
     results: list[RestoreResult] = []
-    fast_path: Pending | None = None
     try:
         for partition in range(spec.partitions):
             meter = (
@@ -121,8 +127,7 @@ def build_store(
                 append_observer=None if meter is None else meter.on_append,
                 flush_observer=None if meter is None else meter.on_flush,
             )
-            buffer = WriteBuffer(part)
-            buffers.append(buffer)
+            parts.append((part, meter))
             engines.append(part.engine)
             if meter is not None:
                 meter.watch_log(part.changelog)
@@ -132,29 +137,22 @@ def build_store(
                 progress=progress if meter is None else meter.restore_progress(progress),
             )
             results.append(result)
-            if meter is None:
-                layers.append(buffer)
-            else:
+            if meter is not None:
                 meter.restore_finished(result)
                 meter.attach_engine(part.engine)
-                layers.append(MeteredStore(buffer, meter))
-            if spec.partitions == 1 and (meter is None or not meter.operations_recorded):
-                fast_path = buffer.fast_path()
     except BaseException:
         if metrics is not None:
             metrics.remove({"store": spec.name})
-        for buffer in buffers:
-            _quietly(buffer.close)
+        for opened, _meter in parts:
+            _quietly(opened.close)
         raise
-    inner: BytesStore = layers[0] if spec.partitions == 1 else PartitionedStore(layers)
-    store: KeyValueStore[Any, Any] = KeyValueStore(
+    store: KeyValueStore[Any, Any] = wrap_partitions(
+        parts,
         name=spec.name,
-        inner=inner,
         key_serde=spec.key_serde,
         value_serde=spec.value_serde,
         max_record_bytes=spec.max_record_bytes,
         committer=coordinator,
-        fast_path=fast_path,
         reader=StoreReader(
             name=spec.name,
             engines=engines,
@@ -164,6 +162,50 @@ def build_store(
         ),
     )
     return store, results
+
+
+def wrap_partitions(
+    parts: Sequence[tuple[ChangeLogging, PartitionMetrics | None]],
+    *,
+    name: str,
+    key_serde: Serde[Any],
+    value_serde: Serde[Any],
+    max_record_bytes: int,
+    committer: Committer | None,
+    reader: StoreReader[Any, Any],
+) -> KeyValueStore[Any, Any]:
+    """Steps 4-5 and the top of the stack over restored change-logging layers, in both modes.
+
+    ``parts[p]`` is partition ``p``'s change-logging layer (local
+    :class:`~statestore.stores.change_logging.ChangeLoggingStore`, or distributed
+    mode's :class:`~statestore.kafka.store.TopicChangeLoggingStore`), open and
+    restored, with its metrics (``None``: metrics off).  Each gets a write
+    buffer, a metered layer when it has metrics, the router when there are
+    several, and the typed store on top, which owns them all from here on
+    (closing it closes them).  ``committer`` commits the store (``None``: the
+    distributed runtime does); ``reader`` is the store's reader for other
+    threads (:meth:`~statestore.KeyValueStore.reader`).  The one place where the write buffer's fast
+    path is granted (see the module docstring).  Constructs nothing that can
+    fail halfway: the layers only take references.
+    """
+    layers: list[BytesStore] = []
+    fast_path: Pending | None = None
+    for part, meter in parts:
+        buffer = WriteBuffer(part)
+        layers.append(buffer if meter is None else MeteredStore(buffer, meter))
+        if len(parts) == 1 and (meter is None or not meter.operations_recorded):
+            fast_path = buffer.fast_path()
+    inner: BytesStore = layers[0] if len(layers) == 1 else PartitionedStore(layers)
+    return KeyValueStore(
+        name=name,
+        inner=inner,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        max_record_bytes=max_record_bytes,
+        committer=committer,
+        reader=reader,
+        fast_path=fast_path,
+    )
 
 
 def _open_partition(

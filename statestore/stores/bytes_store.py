@@ -1,9 +1,18 @@
-"""The contract between the typed store and the layers under it: serialized keys and values.
+"""The contracts between the store layers: serialized keys and values.
 
 :class:`BytesStore` is what :class:`~statestore.stores.typed.KeyValueStore`
 calls.  One partition's write buffer
-(:class:`~statestore.stores.buffer.WriteBuffer`) and the partitioned router
-(:class:`~statestore.stores.partitioned.PartitionedStore`) implement it.
+(:class:`~statestore.stores.buffer.WriteBuffer`), the metered layer and the
+partitioned router (:class:`~statestore.stores.partitioned.PartitionedStore`)
+implement it.
+
+:class:`ChangeLogging` is what the write buffer wraps: one partition's
+committed state and the way its commits reach the changelog.  The local
+:class:`~statestore.stores.change_logging.ChangeLoggingStore` (a Kafka-format
+:class:`~changelog.Log` on disk) and distributed mode's
+:class:`~statestore.kafka.store.TopicChangeLoggingStore` (a changelog topic
+partition, written by the runtime's Kafka transaction) implement it; every
+layer above is the same object in both modes.
 
 Thread-safety: :func:`prefix_upper_bound` is pure; implementations of
 :class:`BytesStore` are not thread-safe (see their modules).
@@ -11,13 +20,15 @@ Thread-safety: :func:`prefix_upper_bound` is pure; implementations of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
-from changelog import Log
-from statestore.stores.participant import Participant
+from changelog import AppendInfo, Log
+from changelog.record.control import ControlRecordType
+from statestore.errors import StateStoreError
+from statestore.stores.participant import Participant, Records
 
-__all__ = ["BytesStore", "prefix_upper_bound"]
+__all__ = ["BytesStore", "ChangeLogging", "prefix_upper_bound"]
 
 
 class BytesStore(Protocol):
@@ -85,6 +96,103 @@ class BytesStore(Protocol):
 
     def abandon(self) -> None:
         """Release everything as a crash would: no flush, no changelog checkpoints; idempotent."""
+        ...
+
+
+class ChangeLogging(Protocol):
+    """One partition under its write buffer: committed reads, and commits to its changelog.
+
+    Not thread-safe: the write buffer serializes reads (its user thread) and
+    commits (the committer, holding the buffer's commit lock).
+    """
+
+    @property
+    def store(self) -> str:
+        """The store's name."""
+        ...
+
+    @property
+    def partition(self) -> int:
+        """The partition number."""
+        ...
+
+    @property
+    def failed(self) -> bool:
+        """Whether a commit or flush left the changelog and RocksDB out of step."""
+        ...
+
+    @property
+    def changelog(self) -> Log:
+        """The local changelog partition (refused where the changelog is a broker's topic)."""
+        ...
+
+    @property
+    def changelogs(self) -> tuple[Log, ...]:
+        """The local changelog partition as a one-element tuple (empty: a broker's topic)."""
+        ...
+
+    @property
+    def lookup(self) -> Callable[[bytes], bytes | None]:
+        """The committed value of a key, errors unmapped (see :attr:`read_error`)."""
+        ...
+
+    read_error: Callable[[Exception, str], StateStoreError]
+    """The typed error for a failed :attr:`lookup`."""
+
+    get_many: Callable[[list[bytes]], list[bytes | None]]
+    """The committed values of keys, in order."""
+
+    def items(
+        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Committed entries with ``lo <= key < hi`` in key order (or reversed)."""
+        ...
+
+    def approximate_num_entries(self) -> int:
+        """RocksDB's estimate."""
+        ...
+
+    def write(self, records: Records) -> int:
+        """A one-partition commit of ``records``: changelog, then RocksDB; returns the count."""
+        ...
+
+    def append_transactional(
+        self, records: Records, *, producer_id: int, producer_epoch: int
+    ) -> AppendInfo:
+        """A transaction's T1 on this partition."""
+        ...
+
+    def sync_to(self, offset: int) -> bool:
+        """A transaction's T2 on this partition."""
+        ...
+
+    def append_marker(
+        self,
+        marker: ControlRecordType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        defer_flush: bool,
+    ) -> AppendInfo:
+        """A transaction's T4 (or an ABORT) on this partition."""
+        ...
+
+    def apply(
+        self, records: Records, applied: int, *, meta: Mapping[bytes, bytes] | None = None
+    ) -> None:
+        """Committed ``records`` into RocksDB with the applied offset (and ``meta``), one WriteBatch."""
+        ...
+
+    def flush(self) -> None:
+        """Flush RocksDB."""
+        ...
+
+    def close(self, *, flush: bool = True) -> None:
+        """Release RocksDB (and the changelog); idempotent."""
+        ...
+
+    def abandon(self) -> None:
+        """Release everything as a crash would; idempotent."""
         ...
 
 

@@ -88,7 +88,7 @@ is thread-safe on its own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import NoReturn
 
 from changelog import (
@@ -176,6 +176,11 @@ class ChangeLoggingStore:
     def changelog(self) -> Log:
         """The changelog partition (owned: closed by :meth:`close`)."""
         return self._changelog
+
+    @property
+    def changelogs(self) -> tuple[Log, ...]:
+        """The changelog partition, as a one-element tuple."""
+        return (self._changelog,)
 
     @property
     def engine(self) -> RocksDBEngine:
@@ -321,13 +326,16 @@ class ChangeLoggingStore:
                 ) from exc
             raise
 
-    def apply(self, records: Records, applied: int) -> None:
-        """Steps 2-3: apply committed ``records`` to RocksDB with the applied offset ``applied``.
+    def apply(
+        self, records: Records, applied: int, *, meta: Mapping[bytes, bytes] | None = None
+    ) -> None:
+        """Steps 2-3: apply committed ``records`` to RocksDB with the applied offset ``applied``
+        (and ``meta`` in the metadata column family, in the same WriteBatch).
 
         A :class:`StoreEngineError` fails the partition.
         """
         try:
-            self._engine.write(records, applied)
+            self._engine.write(records, applied, meta=meta)
         except StoreEngineError:
             self._move(StoreState.FAILED, "commit")
             raise

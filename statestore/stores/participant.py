@@ -97,8 +97,10 @@ class Participant(Protocol):
         """Append a COMMIT or ABORT marker."""
         ...
 
-    def apply(self, records: Records, applied_offset: int) -> None:
-        """Apply committed ``records`` to RocksDB with ``applied_offset``."""
+    def apply(
+        self, records: Records, applied_offset: int, *, meta: Mapping[bytes, bytes] | None = None
+    ) -> None:
+        """Apply committed ``records`` to RocksDB with ``applied_offset`` (and ``meta``, one WriteBatch)."""
         ...
 
 

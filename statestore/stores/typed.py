@@ -64,6 +64,7 @@ from statestore.errors import (
     SerializationError,
     StateStoreError,
     StoreEngineError,
+    UnsupportedStoreOperationError,
 )
 from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.bytes_store import BytesStore, prefix_upper_bound
@@ -227,13 +228,17 @@ class KeyValueStore(Generic[K, V]):
         key_serde: Serde[K],
         value_serde: Serde[V],
         max_record_bytes: int,
-        committer: Committer,
+        committer: Committer | None,
         reader: StoreReader[K, V],
         fast_path: Pending | None = None,
     ) -> None:
         """An open store over ``inner`` (restored; owned from here on: :meth:`close` closes it).
 
         ``committer`` (the manager's transaction coordinator) commits it;
+        ``None`` in distributed mode, where the runtime commits every store in
+        its Kafka transaction and :meth:`commit`, :meth:`abort` and
+        :meth:`transaction` raise
+        :class:`~statestore.errors.UnsupportedStoreOperationError`.
         ``reader`` is handed out by :meth:`reader`.
         ``fast_path`` is the compiled put and get of the write buffer that
         ``inner`` is or passes every put and get straight to (its
@@ -265,6 +270,7 @@ class KeyValueStore(Generic[K, V]):
         self._inner_get = inner.get
         self._inner_put: Callable[[bytes, bytes | None], None] = inner.put
         self._changelogs: tuple[Log, ...] = inner.changelogs
+        self._partitions = len(inner.participants)
         self._state = StoreState.OPEN
         self._open_cell = [True]
         """``[state is OPEN]``, kept by :meth:`_move`: what the compiled get checks."""
@@ -318,16 +324,23 @@ class KeyValueStore(Generic[K, V]):
     @property
     def partitions(self) -> int:
         """Number of changelog partitions."""
-        return len(self._changelogs)
+        return self._partitions
 
     @property
     def changelog(self) -> Log | tuple[Log, ...]:
-        """The changelog :class:`changelog.Log` (a tuple of them for a partitioned store)."""
+        """The changelog :class:`changelog.Log` (a tuple of them for a partitioned store).
+
+        In distributed mode the changelog is a topic on the broker:
+        :class:`~statestore.errors.UnsupportedStoreOperationError`.
+        """
+        if not self._changelogs:
+            raise self._runtime_commits("read its local changelog")
         return self._changelogs[0] if len(self._changelogs) == 1 else self._changelogs
 
     @property
     def changelogs(self) -> tuple[Log, ...]:
-        """The changelog partitions, indexed by partition number (always a tuple)."""
+        """The changelog partitions, indexed by partition number (always a tuple; empty in
+        distributed mode, where the changelog is a topic on the broker)."""
         return self._changelogs
 
     def reader(self) -> StoreReader[K, V]:
@@ -374,6 +387,15 @@ class KeyValueStore(Generic[K, V]):
             raise InvalidStateStoreError(
                 self._name, "owned by another thread's transaction block", operation
             )
+
+    def _runtime_commits(self, operation: str) -> UnsupportedStoreOperationError:
+        return UnsupportedStoreOperationError(
+            self._name,
+            operation,
+            "in distributed mode the processor commits every store of the process in its "
+            "Kafka transaction (the changelog is a topic on the broker); writes are committed "
+            "at the processor's next commit and dropped if its transaction aborts",
+        )
 
     def close(self, *, flush: bool = True) -> None:
         """Release RocksDB and close the changelogs cleanly; uncommitted writes are discarded
@@ -767,6 +789,8 @@ class KeyValueStore(Generic[K, V]):
         """
         if self._state is not _OPEN:
             raise self._not_open("commit")
+        if self._committer is None:
+            raise self._runtime_commits("commit")
         if self._committer.in_transaction():
             raise InvalidStateStoreError(
                 self._name, "inside manager.transaction()", "commit one store alone"
@@ -784,9 +808,15 @@ class KeyValueStore(Generic[K, V]):
         return self._state is StoreState.FAILED
 
     def abort(self) -> int:
-        """Discard the buffered writes; returns how many were dropped."""
+        """Discard the buffered writes; returns how many were dropped.
+
+        In distributed mode the runtime's transaction owns them:
+        :class:`~statestore.errors.UnsupportedStoreOperationError`.
+        """
         if self._state is not _OPEN:
             raise self._not_open("abort")
+        if self._committer is None:
+            raise self._runtime_commits("abort")
         return self._inner.abort()
 
     def flush(self) -> None:
@@ -812,6 +842,8 @@ class KeyValueStore(Generic[K, V]):
         """
         if self._state is not _OPEN:
             raise self._not_open("transaction")
+        if self._committer is None:
+            raise self._runtime_commits("open its own transaction")
         if self._committer.enlist(self._name):
             yield self
             return

@@ -51,9 +51,9 @@ def _commit(
 
 def test_success_produces_commits_then_applies(store: TaskStore[str, int]) -> None:
     producer = FakeProducer()
-    store.put("a", 1)
-    store.put("b", 2)
-    store.delete("b")
+    store.store.put("a", 1)
+    store.store.put("b", 2)
+    store.store.delete("b")
     result = _commit(producer, store)
     assert producer.calls == [
         "begin",
@@ -73,20 +73,20 @@ def test_success_produces_commits_then_applies(store: TaskStore[str, int]) -> No
     assert metadata == "group-metadata" and positions[0].offset == 42
     # applied after the commit: offset = last changelog offset + 1, with topic id and time
     assert store.engine.applied_offset() == 2
-    assert store.get("a") == 1 and store.get("b") is None and not store.pending
+    assert store.store.get("a") == 1 and store.store.get("b") is None and not store.pending
     assert stored_topic_id(store.engine) == "topic-id-1"
     assert stored_applied_time_ms(store.engine) == 1234
 
 
 def test_a_second_commit_continues_after_the_marker(store: TaskStore[str, int]) -> None:
     producer = FakeProducer()
-    store.put("a", 1)
+    store.store.put("a", 1)
     _commit(producer, store)
-    store.put("a", 5)
+    store.store.put("a", 5)
     _commit(producer, store)
     # offset 0: a=1, 1: commit marker, 2: a=5
     assert store.engine.applied_offset() == 3
-    store.put("x", 1)
+    store.store.put("x", 1)
     store.drop_pending()
     _commit(producer, store)  # nothing for this store: the applied offset stays
     assert store.engine.applied_offset() == 3
@@ -97,15 +97,15 @@ def test_an_abortable_error_at_any_step_aborts_and_leaves_rocksdb_alone(
     store: TaskStore[str, int], step: str
 ) -> None:
     producer = FakeProducer()
-    store.put("a", 1)
+    store.store.put("a", 1)
     _commit(producer, store)
-    store.put("a", 2)
+    store.store.put("a", 2)
     producer.fail[step] = kafka_exception(KafkaError.ILLEGAL_GENERATION, abortable=True)
     with pytest.raises(TransactionAbortedError) as caught:
         _commit(producer, store)
     assert caught.value.code == "ILLEGAL_GENERATION"
     assert not store.pending, "the buffer is dropped"
-    assert store.get("a") == 1 and store.engine.applied_offset() == 1
+    assert store.store.get("a") == 1 and store.engine.applied_offset() == 1
     assert ("abort" in producer.calls[-1:]) == (step != "begin")
     assert [v for *_rest, v in producer.committed] == [IntSerde().serialize(1), b"v"]
 
@@ -113,31 +113,33 @@ def test_an_abortable_error_at_any_step_aborts_and_leaves_rocksdb_alone(
 @pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH])
 def test_fencing_is_its_own_error_and_not_aborted(store: TaskStore[str, int], code: int) -> None:
     producer = FakeProducer()
-    store.put("a", 1)
+    store.store.put("a", 1)
     producer.fail["commit"] = kafka_exception(code, fatal=code == KafkaError._FENCED)
     with pytest.raises(ProducerFencedError):
         _commit(producer, store)
     assert "abort" not in producer.calls  # a fenced producer cannot abort; it is replaced
-    assert not store.pending and store.get("a") is None and store.engine.applied_offset() is None
+    assert (
+        not store.pending and store.store.get("a") is None and store.engine.applied_offset() is None
+    )
 
 
 def test_a_retriable_commit_error_is_retried(store: TaskStore[str, int]) -> None:
     producer = FakeProducer()
-    store.put("a", 1)
+    store.store.put("a", 1)
     producer.fail["commit"] = kafka_exception(KafkaError._TIMED_OUT, retriable=True)
     _commit(producer, store)
     assert producer.calls[-2:] == ["commit", "commit"]
-    assert store.get("a") == 1
+    assert store.store.get("a") == 1
 
 
 def test_at_least_once_commits_offsets_after_the_flush(store: TaskStore[str, int]) -> None:
     producer = FakeProducer()
     committed: list[Any] = []
-    store.put("a", 1)
+    store.store.put("a", 1)
     _commit(producer, store, "at_least_once", committed)
     assert producer.calls == ["produce", "produce", "flush"]
     assert committed and committed[0][0].offset == 42
-    assert store.get("a") == 1 and store.engine.applied_offset() == 1
+    assert store.store.get("a") == 1 and store.engine.applied_offset() == 1
 
 
 def test_a_commit_larger_than_the_producer_queue_waits_for_room(
@@ -148,13 +150,13 @@ def test_a_commit_larger_than_the_producer_queue_waits_for_room(
     producer = FakeProducer(queue_records=1000)
     records = 150_000
     for i in range(records):
-        store.put(f"k{i:06d}", i)
+        store.store.put(f"k{i:06d}", i)
     result = _commit(producer, store)
     assert producer.buffer_errors >= records // 1000 - 1, "the queue filled up"
     assert result.changelog_records == records and result.outputs == 1
     assert len(producer.log[(TOPIC, 3)]) == records
     assert store.engine.applied_offset() == records
-    assert store.get("k149999") == 149_999
+    assert store.store.get("k149999") == 149_999
 
 
 def test_output_headers_are_produced(store: TaskStore[str, int]) -> None:
