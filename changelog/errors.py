@@ -7,12 +7,14 @@ The tree::
     ├── InvalidRecordError          bad key/value types handed to append (also TypeError)
     ├── InvalidCheckpointEntryError a checkpoint entry that cannot be written (also ValueError)
     ├── IndexOperationError         an index asked to break its invariants: a caller bug (also ValueError)
+    ├── SegmentOperationError       a segment asked to break its invariants: a caller bug (also ValueError)
+    ├── SegmentChangedError         a segment file changed between the loader's plan and its recovery
     ├── RecordTooLargeError         a batch exceeds max_message_bytes
     ├── LogLockedError              another owner holds the partition directory lock
     ├── LogClosedError              the log (or its segment) was used after close()
     │   └── LogFailedError          the log failed an I/O step and refuses every call until reopened
     ├── OffsetOutOfRangeError       a read or truncation outside [log start, log end]
-    ├── ProducerFencedError         a transactional append with an epoch older than the producer's
+    ├── InvalidProducerEpochError   a transactional append with an epoch older than the producer's
     ├── CorruptDataError            something on disk is not what was written
     │   ├── CorruptRecordError      a record batch fails its CRC / length / framing checks
     │   ├── CorruptIndexError       an offset or time index fails its sanity check
@@ -23,7 +25,9 @@ The tree::
     ├── UnsupportedFormatError      valid Kafka data we do not read (old magic, compression)
     ├── LogStorageError             an OS-level failure (disk full, EIO) wrapping the OSError
     ├── RepairRefusedError          an operator remedy (changelog.repair) that would do harm or nothing
-    └── CleanerAbortedError         a cleaning pass was aborted (close, truncation)
+    ├── CleanerAbortedError         a cleaning pass was aborted (close, truncation)
+    ├── CleanerServiceStateError    the cleaner service was used in a state that does not allow it
+    └── CleanerWorkerError          a cleaner worker process failed or died
 
 Every error carries structured fields (``path``, ``position``, ``expected``,
 ``actual``, ``offset`` where they apply) besides its message, so operators and tests can
@@ -38,6 +42,8 @@ __all__ = [
     "ChangelogError",
     "CheckpointMismatchError",
     "CleanerAbortedError",
+    "CleanerServiceStateError",
+    "CleanerWorkerError",
     "CorruptCheckpointError",
     "CorruptDataError",
     "CorruptIndexError",
@@ -45,6 +51,7 @@ __all__ = [
     "IndexOperationError",
     "InvalidCheckpointEntryError",
     "InvalidConfigError",
+    "InvalidProducerEpochError",
     "InvalidRecordError",
     "LogClosedError",
     "LogFailedError",
@@ -52,9 +59,10 @@ __all__ = [
     "LogLockedError",
     "LogStorageError",
     "OffsetOutOfRangeError",
-    "ProducerFencedError",
     "RecordTooLargeError",
     "RepairRefusedError",
+    "SegmentChangedError",
+    "SegmentOperationError",
     "UnsupportedFormatError",
 ]
 
@@ -129,7 +137,7 @@ class OffsetOutOfRangeError(ChangelogError):
         self.log_end_offset = log_end_offset
 
 
-class ProducerFencedError(ChangelogError):
+class InvalidProducerEpochError(ChangelogError):
     """A transactional append or marker carries an epoch below the producer's latest in this
     partition (Kafka's ``INVALID_PRODUCER_EPOCH``): a newer instance of the producer exists.
 
@@ -275,3 +283,56 @@ class RepairRefusedError(ChangelogError):
         self.path = path
         self.reason = reason
         self.offset = offset
+
+
+class SegmentOperationError(ChangelogError, ValueError):
+    """A segment was asked to break its invariants: create it over a file that holds data,
+    store an offset too far from its base offset, rename it from a suffix it does not have,
+    append bytes that are not whole batches ending at the stated offset.
+
+    Bugs of the caller, never disk contents; nothing is written.  ``path``
+    names the segment's ``.log`` file (or the buffer's intended one).
+    """
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = Path(path)
+        self.reason = reason
+
+
+class SegmentChangedError(ChangelogError):
+    """A segment's ``.log`` file changed between the loader's read-only plan and its recovery:
+    the plan expected ``expected`` valid bytes, recovery found ``actual``.  Nothing was cut."""
+
+    def __init__(self, path: Path | str, *, expected: int, actual: int) -> None:
+        super().__init__(
+            f"{path}: recovery found {actual} valid bytes, the plan {expected}: the file "
+            "changed during open; nothing was cut"
+        )
+        self.path = Path(path)
+        self.expected = expected
+        self.actual = actual
+
+
+class CleanerServiceStateError(ChangelogError):
+    """The cleaner service was asked to ``operation`` while ``state`` (closed, or started twice)."""
+
+    def __init__(self, state: str, operation: str) -> None:
+        super().__init__(f"cleaner service is {state}: cannot {operation}")
+        self.state = state
+        self.operation = operation
+
+
+class CleanerWorkerError(ChangelogError):
+    """A cleaner worker process failed: ``exit_code`` (``None``: still running or unknown),
+    and the ``error_type`` and ``reason`` it reported (``"no reply"`` if it died silently)."""
+
+    def __init__(self, worker: str, *, exit_code: int | None, error_type: str, reason: str) -> None:
+        super().__init__(
+            f"[{worker}] cleaner worker process failed (exit code {exit_code}): "
+            f"{error_type}: {reason}"
+        )
+        self.worker = worker
+        self.exit_code = exit_code
+        self.error_type = error_type
+        self.reason = reason

@@ -72,11 +72,11 @@ import attrs
 from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
+    InvalidProducerEpochError,
     LogClosedError,
     LogFailedError,
     LogStorageError,
     OffsetOutOfRangeError,
-    ProducerFencedError,
     RecordTooLargeError,
 )
 from changelog.fs import files
@@ -451,7 +451,7 @@ class Log:
         offset) until :meth:`append_marker`.  The base sequence is the
         producer's next one in this partition, as a broker would validate it.
         An epoch below the producer's latest raises
-        :class:`~changelog.errors.ProducerFencedError`; otherwise as :meth:`append`.
+        :class:`~changelog.errors.InvalidProducerEpochError`; otherwise as :meth:`append`.
         """
         self._check_open()
         stamp = self._clock() if timestamp_ms is None else timestamp_ms
@@ -478,7 +478,7 @@ class Log:
         A marker for a producer with no open transaction is written all the
         same (an empty transaction, as Kafka's coordinator may write one).  An
         epoch below the producer's latest raises
-        :class:`~changelog.errors.ProducerFencedError`.  Durable under the
+        :class:`~changelog.errors.InvalidProducerEpochError`.  Durable under the
         flush policy like any append (``defer_flush`` as in :meth:`append`: a
         coordinator whose decision is durable elsewhere can redo a lost marker).
         """
@@ -542,7 +542,7 @@ class Log:
     def _check_epoch(self, producer_id: int, producer_epoch: int) -> None:
         entry = self._producers.entry(producer_id)
         if entry is not None and producer_epoch < entry.epoch:
-            raise ProducerFencedError(producer_id, producer_epoch, entry.epoch)
+            raise InvalidProducerEpochError(producer_id, producer_epoch, entry.epoch)
 
     def _append_locked(
         self, batch: bytearray, count: int, stamp: int, *, producer_state: bool = False

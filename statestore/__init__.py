@@ -5,7 +5,9 @@ from __future__ import annotations
 from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
 from statestore.errors import (
     AppliedOffsetMismatchError,
+    ChangelogFailedError,
     CommitFailedError,
+    CorruptChangelogError,
     CorruptStoreMetadataError,
     DeserializationError,
     InvalidStateStoreError,
@@ -23,6 +25,7 @@ from statestore.errors import (
     TransactionCoordinatorError,
     TransactionLogCorruptError,
     TransactionStateMissingError,
+    UnsupportedStoreOperationError,
 )
 from statestore.manager import StateManager
 from statestore.migrate import migrate_store
@@ -38,7 +41,9 @@ __all__ = [
     "AppliedOffsetMismatchError",
     "AttrsSerde",
     "BytesSerde",
+    "ChangelogFailedError",
     "CommitFailedError",
+    "CorruptChangelogError",
     "CorruptStoreMetadataError",
     "DeserializationError",
     "IntSerde",
@@ -71,6 +76,7 @@ __all__ = [
     "TransactionCoordinatorError",
     "TransactionLogCorruptError",
     "TransactionStateMissingError",
+    "UnsupportedStoreOperationError",
     "migrate_store",
     "murmur2",
     "partition_for",

@@ -13,6 +13,8 @@
     ├── DeserializationError         stored bytes cannot be turned back into a key or value
     ├── StoreEngineError             RocksDB failed (the rocksdict error is the ``__cause__``)
     ├── CommitFailedError            the changelog append of a commit failed
+    ├── ChangelogFailedError         a changelog (or the coordinator's log) refused to open or read
+    │   └── CorruptChangelogError        ... because something on disk is not what was written
     ├── RestoreError                 the changelog could not be replayed into the store
     │   └── AppliedOffsetMismatchError   RocksDB's applied offset and the changelog disagree
     ├── TransactionLogCorruptError   a record of the coordinator's log does not parse
@@ -27,17 +29,23 @@ Every error carries structured fields (``store``, ``partition``, ``path``,
 ``state``, ...) besides its message.  Errors of the layers below
 (:mod:`changelog`, ``rocksdict``) are wrapped with ``raise ... from`` so that
 one ``except StateStoreError`` catches every store failure while the original
-stays available as ``__cause__``.
+stays available as ``__cause__``; :class:`ChangelogFailedError` also copies
+the changelog error's own fields (``path``, ``position``, ``offset``, ...).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from changelog.errors import ChangelogError, CorruptDataError
 
 __all__ = [
     "AppliedOffsetMismatchError",
+    "ChangelogFailedError",
     "CommitFailedError",
+    "CorruptChangelogError",
     "CorruptStoreMetadataError",
     "DeserializationError",
     "InvalidStateStoreError",
@@ -216,15 +224,31 @@ class CommitFailedError(StateStoreError):
 
 
 class RestoreError(StateStoreError):
-    """Replaying the changelog into the store failed; the changelog error is the ``__cause__``."""
+    """Replaying the changelog into the store failed; the changelog error is the ``__cause__``.
 
-    def __init__(self, store: str, partition: int, offset: int | None, detail: str) -> None:
+    ``offset`` is the first offset the failure affects; ``path`` and
+    ``position`` name the changelog file and byte position when the cause is
+    damage on disk (``None`` otherwise).
+    """
+
+    def __init__(
+        self,
+        store: str,
+        partition: int,
+        offset: int | None,
+        detail: str,
+        *,
+        path: Path | None = None,
+        position: int | None = None,
+    ) -> None:
         at = "" if offset is None else f" at offset {offset}"
         super().__init__(f"restore of {_where(store, partition)} failed{at}: {detail}")
         self.store = store
         self.partition = partition
         self.offset = offset
         self.detail = detail
+        self.path = path
+        self.position = position
 
 
 class TransactionLogCorruptError(StateStoreError):
@@ -395,3 +419,64 @@ class StoreLayoutError(StoreMetadataError):
         self.expected = expected
         self.found = tuple(found)
         self.reason = reason
+
+
+class ChangelogFailedError(StateStoreError):
+    """A store partition's changelog (or the transaction coordinator's log) refused an operation.
+
+    The :mod:`changelog` error is the ``__cause__``; its type name is
+    ``error`` and its fields are copied here (``None`` where it has none):
+    ``path`` (the file or directory), ``position`` (a byte position in it),
+    ``offset``, ``expected``, ``actual`` and ``reason``.  ``store`` and
+    ``partition`` say whose log it is (``None`` for the coordinator's log),
+    ``operation`` what was being done.  Nothing was changed on disk by the
+    refused open (the loader plans read-only first).
+    """
+
+    def __init__(
+        self,
+        cause: ChangelogError,
+        *,
+        store: str | None,
+        partition: int | None,
+        operation: str,
+    ) -> None:
+        whose = "the transaction coordinator's log" if store is None else _where(store, partition)
+        super().__init__(f"{operation} of {whose} failed: {type(cause).__name__}: {cause}")
+        self.store = store
+        self.partition = partition
+        self.operation = operation
+        self.error = type(cause).__name__
+        fields = vars(cause)
+        path = fields.get("path")
+        self.path: Path | None = None if path is None else Path(path)
+        self.position: int | None = fields.get("position")
+        self.offset: int | None = fields.get("offset")
+        self.expected: object = fields.get("expected")
+        self.actual: object = fields.get("actual")
+        self.reason: str | None = fields.get("reason")
+
+
+class CorruptChangelogError(ChangelogFailedError):
+    """:class:`ChangelogFailedError` whose cause is a :class:`changelog.CorruptDataError`:
+    a record batch, index, checkpoint or segment list on disk is not what was written."""
+
+
+def wrap_changelog_error(
+    cause: ChangelogError, *, store: str | None, partition: int | None, operation: str
+) -> ChangelogFailedError:
+    """The :class:`ChangelogFailedError` (corrupt or not) that carries ``cause`` and its fields."""
+    kind = CorruptChangelogError if isinstance(cause, CorruptDataError) else ChangelogFailedError
+    return kind(cause, store=store, partition=partition, operation=operation)
+
+
+@contextlib.contextmanager
+def changelog_errors(*, store: str | None, partition: int | None, operation: str) -> Iterator[None]:
+    """Raise every :class:`changelog.ChangelogError` of the block as a
+    :class:`ChangelogFailedError` (``raise ... from``); anything else passes unchanged."""
+    try:
+        yield
+    except ChangelogError as exc:
+        raise wrap_changelog_error(
+            exc, store=store, partition=partition, operation=operation
+        ) from exc

@@ -94,6 +94,7 @@ from statestore.errors import (
     StateStoreError,
     StoreEngineError,
     StoreMetadataError,
+    changelog_errors,
 )
 from statestore.metrics.cleaner import register_cleaner_metrics
 from statestore.metrics.registry import MetricsRegistry
@@ -182,9 +183,10 @@ class StateManager:
         except LogLockedError as exc:
             raise StateDirLockedError(exc.path, exc.holder) from exc
         try:
-            self._coordinator = TransactionCoordinator.open(
-                self._dir, clock=clock, fault_hook=fault_hook
-            )
+            with changelog_errors(store=None, partition=None, operation="open"):
+                self._coordinator = TransactionCoordinator.open(
+                    self._dir, clock=clock, fault_hook=fault_hook
+                )
         except BaseException:
             self._dir_lock.release()
             raise

@@ -56,7 +56,7 @@ from changelog.cleaner.stats import CleanerTotals
 from changelog.cleaner.throttle import Throttler
 from changelog.cleaner.worker import WORKER_NICENESS, clean_in_process
 from changelog.config import CleanerConfig
-from changelog.errors import ChangelogError, CleanerAbortedError
+from changelog.errors import ChangelogError, CleanerAbortedError, CleanerServiceStateError
 
 if TYPE_CHECKING:
     from changelog.log import Log
@@ -167,7 +167,7 @@ class CleanerService:
         its traceback) and returns ``None``; it does not propagate.
         """
         if self._state == "closed":
-            raise ChangelogError("cleaner service is closed")
+            raise CleanerServiceStateError("closed", "run a pass")
         now = self.now_ms() if now_ms is None else now_ms
         to_clean = self.manager.grab_filthiest_log(self._current_logs(), now)
         if to_clean is None:
@@ -223,7 +223,7 @@ class CleanerService:
         A log whose retention fails is logged and skipped.
         """
         if self._state == "closed":
-            raise ChangelogError("cleaner service is closed")
+            raise CleanerServiceStateError("closed", "apply retention")
         deleted = 0
         for log in self._current_logs():
             if not log.config.delete:
@@ -264,7 +264,7 @@ class CleanerService:
         """Start ``threads`` cleaner workers and the retention thread."""
         with self._lock:
             if self._state != "created":
-                raise ChangelogError(f"cleaner service cannot start: it is {self._state}")
+                raise CleanerServiceStateError(self._state, "start")
             self._state = "started"
             for index in range(self.config.threads):
                 thread = threading.Thread(

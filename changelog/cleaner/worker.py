@@ -48,7 +48,11 @@ from changelog.cleaner.clean import (
 from changelog.cleaner.manager import LogToClean
 from changelog.cleaner.throttle import Throttler
 from changelog.config import CleanerConfig, LogConfig
-from changelog.errors import ChangelogError, CleanerAbortedError, CorruptRecordError
+from changelog.errors import (
+    CleanerAbortedError,
+    CleanerWorkerError,
+    CorruptRecordError,
+)
 from changelog.fs import files
 from changelog.segment.reader import SegmentReader
 from changelog.segment.segment import LogSegment
@@ -212,9 +216,11 @@ def _wait(
         )
     if error.get("type") == "CleanerAbortedError":
         raise CleanerAbortedError(error.get("message", "aborted"))
-    raise ChangelogError(
-        f"[{name}] cleaner worker process failed (exit code {proc.returncode}): "
-        f"{error.get('type', 'no reply')}: {error.get('message', '')}"
+    raise CleanerWorkerError(
+        name,
+        exit_code=proc.returncode,
+        error_type=error.get("type", "no reply"),
+        reason=error.get("message", ""),
     )
 
 

@@ -36,9 +36,9 @@ from typing import TypeVar
 
 from changelog.config import LogConfig
 from changelog.errors import (
-    ChangelogError,
     CorruptIndexError,
     CorruptRecordError,
+    SegmentOperationError,
     UnsupportedFormatError,
 )
 from changelog.fs import files
@@ -81,14 +81,16 @@ def write_extents(
     try:
         extents = batch_extents(buf, path=path)
     except CorruptRecordError as exc:
-        raise ChangelogError(
+        raise SegmentOperationError(
+            path,
             f"{prefix}cannot append: not whole batches ({exc.reason} at byte "
-            f"{exc.position} of the {len(buf)}-byte buffer)"
+            f"{exc.position} of the {len(buf)}-byte buffer)",
         ) from exc
     if extents[-1][1] != largest_offset:
-        raise ChangelogError(
+        raise SegmentOperationError(
+            path,
             f"{prefix}cannot append: largest_offset {largest_offset} but the last "
-            f"batch ends at offset {extents[-1][1]}"
+            f"batch ends at offset {extents[-1][1]}",
         )
     return extents
 

@@ -30,7 +30,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from changelog.config import LogConfig
-from changelog.errors import ChangelogError, LogStorageError
+from changelog.errors import (
+    ChangelogError,
+    LogStorageError,
+    SegmentChangedError,
+    SegmentOperationError,
+)
 from changelog.fs import files
 from changelog.limits import INT32_MAX
 from changelog.record.batch import LOG_OVERHEAD, BatchHeader, declared_size
@@ -118,7 +123,9 @@ class LogSegment:
         if segment.size_bytes != 0:
             path = segment.log_path
             segment.close()
-            raise ChangelogError(f"cannot create segment {path}: the file already holds data")
+            raise SegmentOperationError(
+                path, "cannot create a segment: the file already holds data"
+            )
         return segment
 
     @classmethod
@@ -268,9 +275,10 @@ class LogSegment:
         del offset_of_max_timestamp  # the shallow offset is the batch's last offset: see above
         fd = self._file.require()
         if not 0 <= largest_offset - self._base_offset <= INT32_MAX:
-            raise ChangelogError(
+            raise SegmentOperationError(
+                self.log_path,
                 f"{self._prefix}offset {largest_offset} cannot be stored relative to base "
-                f"offset {self._base_offset}"
+                f"offset {self._base_offset}",
             )
         size = len(batch_bytes)
         if size == 0:
@@ -464,10 +472,7 @@ class LogSegment:
                 reader.batches(), base_offset=self._base_offset, prefix=self._prefix
             )
         if expected_valid_bytes is not None and valid != expected_valid_bytes:
-            raise ChangelogError(
-                f"{self._prefix}recovery found {valid} valid bytes in {self.log_path}, the"
-                f" plan {expected_valid_bytes}: the file changed during open; nothing was cut"
-            )
+            raise SegmentChangedError(self.log_path, expected=expected_valid_bytes, actual=valid)
         truncated = file_size - valid
         if truncated > 0:
             where = f"position {valid} of {self.log_path}"
@@ -562,8 +567,9 @@ class LogSegment:
         an fsync of the directory.  The open descriptors stay valid.
         """
         if self._suffix != old_suffix:
-            raise ChangelogError(
-                f"{self._prefix}suffix is {self._suffix!r}, cannot rename from {old_suffix!r}"
+            raise SegmentOperationError(
+                self.log_path,
+                f"{self._prefix}suffix is {self._suffix!r}, cannot rename from {old_suffix!r}",
             )
         for kind in files.SEGMENT_SUFFIXES:
             base = self._dir / files.segment_file_name(self._base_offset, kind)

@@ -42,7 +42,10 @@ only partition and nothing between the two must see each put and get (no
 metered layer, or one that records no per-operation metrics and so passes
 them straight through).
 
-On any failure everything opened so far is closed again (the layer that owns
+A :class:`changelog.ChangelogError` of steps 1-3 leaves as a
+:class:`~statestore.errors.ChangelogFailedError` (``raise ... from``, the
+changelog error's file, position and offset copied).  On any failure
+everything opened so far is closed again (the layer that owns
 it closes it; before step 3, the builder closes the log itself) and the error
 propagates: a refused open leaves no file handle or lock behind.
 
@@ -57,6 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelog import AppendInfo, Log
+from statestore.errors import changelog_errors
 from statestore.metrics.metered import MeteredStore, PartitionMetrics
 from statestore.metrics.registry import MetricsRegistry
 from statestore.serdes import Serde
@@ -131,11 +135,12 @@ def build_store(
             engines.append(part.engine)
             if meter is not None:
                 meter.watch_log(part.changelog)
-            result = part.restore(
-                batch_records=spec.config.restore_batch_records,
-                listener=listener,
-                progress=progress if meter is None else meter.restore_progress(progress),
-            )
+            with changelog_errors(store=spec.name, partition=partition, operation="restore"):
+                result = part.restore(
+                    batch_records=spec.config.restore_batch_records,
+                    listener=listener,
+                    progress=progress if meter is None else meter.restore_progress(progress),
+                )
             results.append(result)
             if meter is not None:
                 meter.restore_finished(result)
@@ -224,15 +229,17 @@ def _open_partition(
     """Steps 1-3 of the module docstring for one partition (not yet restored)."""
     label = f"[{spec.name}-{partition}]"
     engine_path = spec.rocksdb_dir(state_dir, partition)
-    log = Log.open(
-        spec.changelog_dir(state_dir, partition),
-        config=spec.log_config,
-        clock=clock,
-        append_observer=append_observer,
-        flush_observer=flush_observer,
-    )
+    with changelog_errors(store=spec.name, partition=partition, operation="open"):
+        log = Log.open(
+            spec.changelog_dir(state_dir, partition),
+            config=spec.log_config,
+            clock=clock,
+            append_observer=append_observer,
+            flush_observer=flush_observer,
+        )
     try:
-        coordinator.recover(log, store=spec.name, partition=partition)
+        with changelog_errors(store=spec.name, partition=partition, operation="recover"):
+            coordinator.recover(log, store=spec.name, partition=partition)
         engine, plan = open_engine(
             spec.config.restore_mode,
             log,

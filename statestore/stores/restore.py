@@ -369,7 +369,15 @@ def replay(
     except ChangelogError as exc:
         found = getattr(exc, "offset", None)  # the first offset the damage affects (verify's)
         at = next_offset if found is None else found
-        raise RestoreError(store, partition, at, str(exc)) from exc
+        damaged = getattr(exc, "path", None)
+        raise RestoreError(
+            store,
+            partition,
+            at,
+            str(exc),
+            path=None if damaged is None else Path(damaged),
+            position=getattr(exc, "position", None),
+        ) from exc
     except (KeyError, TypeError) as exc:  # a record without a key (not written by a store)
         # rocksdict's raw-mode WriteBatch raises KeyError for a None key.
         raise RestoreError(

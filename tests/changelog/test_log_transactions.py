@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from changelog.config import LogConfig
-from changelog.errors import CorruptRecordError, InvalidConfigError, ProducerFencedError
+from changelog.errors import CorruptRecordError, InvalidConfigError, InvalidProducerEpochError
 from changelog.fs import files
 from changelog.log import Log
 from changelog.record.control import ControlRecordType
@@ -76,10 +76,10 @@ def test_batches_of_a_transaction_get_increasing_sequences(open_log: Log) -> Non
 def test_an_older_epoch_is_fenced(open_log: Log) -> None:
     txn(open_log, 3, (b"a", b"1"), epoch=2)
     end = open_log.log_end_offset
-    with pytest.raises(ProducerFencedError) as info:
+    with pytest.raises(InvalidProducerEpochError) as info:
         txn(open_log, 3, (b"a", b"2"), epoch=1)
     assert (info.value.producer_epoch, info.value.current_epoch) == (1, 2)
-    with pytest.raises(ProducerFencedError):
+    with pytest.raises(InvalidProducerEpochError):
         mark(open_log, 3, COMMIT, epoch=1)
     assert open_log.log_end_offset == end
 

@@ -193,7 +193,7 @@ def test_the_epoch_is_bumped_at_every_open_and_fences_the_old_one(tmp_path: Path
         write_commit(second, 1)
         second.commit()
         log = second.store("three", partitions=3).changelogs[0]
-        from changelog.errors import ProducerFencedError  # noqa: PLC0415
+        from changelog.errors import InvalidProducerEpochError  # noqa: PLC0415
 
-        with pytest.raises(ProducerFencedError):
+        with pytest.raises(InvalidProducerEpochError):
             log.append_transactional([(b"z", b"zombie")], producer_id=pid, producer_epoch=epoch)
