@@ -643,12 +643,16 @@ class StateManager:
             _collect(errors, self._cleaner.close)
         for store in stores:
             _collect(errors, store.close)
-        _collect(errors, self._coordinator.close)
+        _collect(errors, self._close_coordinator)
         self._dir_lock.release()
         logger.info("%s closed", self._label)
         if errors:
             self._state = StoreState.FAILED
             raise errors[0]
+
+    def _close_coordinator(self) -> None:
+        with changelog_errors(store=None, partition=None, operation="close"):
+            self._coordinator.close()
 
     def crash(self) -> None:
         """Drop everything without a clean shutdown, as ``kill -9`` would (for tests).

@@ -105,6 +105,7 @@ from statestore.errors import (
     InvalidStateStoreError,
     StateStoreError,
     StoreEngineError,
+    changelog_errors,
 )
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.lifecycle import StoreState, move
@@ -402,7 +403,8 @@ class ChangeLoggingStore:
     def close(self, *, flush: bool = True) -> None:
         """Close the engine (flushing it unless told not to or failed), then the changelog cleanly.
 
-        Idempotent.  Both are attempted; an error of either propagates.
+        Idempotent.  Both are attempted; an error of either propagates (the
+        changelog's as :class:`~statestore.errors.ChangelogFailedError`).
         """
         if self._state is StoreState.CLOSED:
             return
@@ -411,7 +413,8 @@ class ChangeLoggingStore:
         try:
             self._engine.close(flush=flush)
         finally:
-            self._changelog.close()
+            with changelog_errors(store=self.store, partition=self.partition, operation="close"):
+                self._changelog.close()
 
     def abandon(self) -> None:
         """Release the engine and the changelog as a crash would (no flush, no checkpoints).
@@ -425,4 +428,5 @@ class ChangeLoggingStore:
         try:
             self._engine.close(flush=False)
         finally:
-            self._changelog.abandon()
+            with changelog_errors(store=self.store, partition=self.partition, operation="abandon"):
+                self._changelog.abandon()

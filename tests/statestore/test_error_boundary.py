@@ -9,6 +9,7 @@ not a refusal: the store opens with every committed value.
 
 from __future__ import annotations
 
+import errno
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from changelog import ChangelogError
+from changelog.fs import files
 from statestore import (
     ChangelogFailedError,
     CorruptChangelogError,
@@ -154,3 +156,30 @@ def test_a_damaged_index_is_rebuilt_and_the_store_opens_whole(tmp_path: Path) ->
         store = manager.store("s", log_config=TINY_LOG)
         assert len(store) == KEYS
         assert all(store[f"k{i}"] == "v" * 50 for i in range(KEYS))
+
+
+def test_a_changelog_failing_at_close_is_a_state_store_error(tmp_path: Path) -> None:
+    """An I/O error while a changelog writes its checkpoints at close leaves the manager as a
+    ChangelogFailedError naming the store partition, the changelog's error as the cause."""
+    state_dir = tmp_path / "state"
+    manager = StateManager(state_dir, config=NO_CLEANER)
+    store = manager.store("s")
+    store["a"] = 1
+    store.commit()
+    steps: list[str] = []
+
+    def hook(step: str, path: Path) -> None:
+        if "s-changelog-0" in path.parts and step.startswith("close."):
+            steps.append(step)
+            raise OSError(errno.EIO, "injected")
+
+    with files.inject_faults(hook), pytest.raises(StateStoreError) as caught:
+        manager.close()
+    assert steps, "the hook never ran: the close wrote nothing under s-changelog-0"
+    error = caught.value
+    assert isinstance(error, ChangelogFailedError), repr(error)
+    assert (error.store, error.partition, error.operation) == ("s", 0, "close")
+    assert isinstance(error.__cause__, ChangelogError)
+    assert error.error == type(error.__cause__).__name__
+    with StateManager(state_dir, config=NO_CLEANER) as again:  # the next open recovers
+        assert again.store("s")["a"] == 1
