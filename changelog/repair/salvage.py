@@ -30,8 +30,8 @@ Damage at the end of the last segment with nothing valid after it (a torn
 tail) is removed too; a transaction whose data precedes it stays open, for
 the coordinator to decide at the next open as after any crash.
 
-A closed segment that would end before the next segment's base offset (its
-last batch lost) gets an empty batch covering the missing offsets, as Kafka's
+A closed segment whose last batch is lost (so that it would end before the
+next segment's base offset) gets an empty batch covering the missing offsets, as Kafka's
 cleaner keeps an emptied last batch (``DefaultRecordBatch.writeEmptyHeader``):
 segments stay contiguous, and no checkpoint has to explain a hole.
 
@@ -481,7 +481,10 @@ def plan_salvage(directory: Path) -> SalvagePlan:
         content = b"".join(batch.data for batch in kept)
         seg_next = kept[-1].header.next_offset if kept else seg.file.base_offset
         placeholder: tuple[int, int] | None = None
-        if not is_last:
+        tail_lost = bool(seg.items) and (
+            isinstance(seg.items[-1], Damage) or id(seg.items[-1]) in dropped_ids
+        )
+        if not is_last and tail_lost:  # a hole compaction made before is left as it was
             upper = segments[seg_index + 1].file.base_offset
             if seg_next < upper:
                 placeholder = (seg_next, upper - 1)

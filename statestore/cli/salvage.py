@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["cmd_salvage", "participants_doc", "transaction_participants"]
 
+_KEYS_SHOWN = 8
+"""Keys of an unreadable range listed in the text output (``--json`` lists them all)."""
 _DRY_RUN = "dry run: nothing was changed; run again with --apply to do it"
 
 
@@ -173,7 +175,11 @@ def _print(plan: SalvagePlan, doc: dict[str, Any], out: TextIO, state_dir: Path 
         )
         keys = lost["unverified_keys"]
         if keys:
-            out.write(f"  keys (read without the CRC, may be wrong): {', '.join(keys)}\n")
+            shown = ", ".join(keys[:_KEYS_SHOWN])
+            more = (
+                f", ... {len(keys) - _KEYS_SHOWN} more (--json)" if len(keys) > _KEYS_SHOWN else ""
+            )
+            out.write(f"  keys (read without the CRC, may be wrong): {shown}{more}\n")
         else:
             out.write("  keys: cannot be read\n")
     for dropped in doc["dropped"]:
