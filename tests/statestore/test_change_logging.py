@@ -172,7 +172,7 @@ def test_items_merges_pending_writes(logged: WriteBuffer) -> None:
 def test_rocksdb_failure_after_the_append_fails_the_partition_and_keeps_the_commit(
     logged: WriteBuffer, count: int
 ) -> None:
-    def broken(*_args: object) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
         raise StoreEngineError(logged.inner.engine.path, "write", "disk on fire")
 
     logged.inner.engine.write = broken  # type: ignore[method-assign,assignment]
@@ -410,7 +410,7 @@ def test_abandon_releases_everything_as_a_crash_would(tmp_path: Path) -> None:
 def test_a_failed_partition_refuses_commits_and_closes_without_flushing(
     logged: WriteBuffer,
 ) -> None:
-    def broken(*_args: object) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
         raise StoreEngineError(logged.inner.engine.path, "write", "disk on fire")
 
     logged.inner.engine.write = broken  # type: ignore[method-assign,assignment]

@@ -197,7 +197,7 @@ def test_a_failed_store_is_reopened_from_its_changelog(open_manager: OpenManager
     store.commit()
     engine = engine_of(store)
 
-    def broken(*_args: object) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
         raise StoreEngineError(engine.path, "write", "simulated")
 
     engine.write = broken

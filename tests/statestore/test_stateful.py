@@ -175,7 +175,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         engine = engine_of(self.store)
 
-        def die(*_args: object) -> None:
+        def die(*_args: object, **_kwargs: object) -> None:
             raise files.SimulatedCrash("after append")
 
         engine.write = die
