@@ -73,6 +73,7 @@ from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
     InvalidProducerEpochError,
+    InvalidRecordError,
     LogClosedError,
     LogFailedError,
     LogStorageError,
@@ -147,6 +148,18 @@ def _last_leader_epoch(directory: Path, segments: Sequence[LogSegment]) -> int:
 
 
 logger = logging.getLogger(__name__)
+
+
+def _stamp(clock: Clock, timestamp_ms: int | None, timestamps: Sequence[int] | None) -> int:
+    """The batch's max timestamp: ``timestamp_ms``, the clock, or the largest of ``timestamps``."""
+    if timestamps is None:
+        return clock() if timestamp_ms is None else timestamp_ms
+    if timestamp_ms is not None:
+        raise InvalidRecordError("give timestamp_ms or timestamps, not both")
+    try:
+        return max(timestamps)  # each is checked by the encoder
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecordError(f"timestamps must be integers, one per record: {exc}") from exc
 
 
 def wall_clock_ms() -> int:
@@ -403,11 +416,14 @@ class Log:
         *,
         headers: Sequence[Headers] | None = None,
         defer_flush: bool = False,
+        timestamps: Sequence[int] | None = None,
     ) -> AppendInfo:
         """Append ``records`` (``(key, value)`` pairs, or a mapping of key to value; ``None`` value = tombstone) as one batch.
 
         Every record gets ``timestamp_ms`` (default: the clock) as its
-        CreateTime.  ``headers``, if given, holds one tuple of Kafka record
+        CreateTime, or with ``timestamps`` (one per record, in record order;
+        ``timestamp_ms`` must then be ``None``) its own; the batch's max
+        timestamp then stamps the segment and time index.  ``headers``, if given, holds one tuple of Kafka record
         headers (``(str, bytes | None)`` pairs) per record; they come back in
         :attr:`Record.headers <changelog.record.body.Record.headers>`.  The
         batch is compressed with ``config.compression_type`` and stamped with
@@ -426,8 +442,8 @@ class Log:
         or else the next append (or flush) of this log does.
         """
         self._check_open()
-        stamp = self._clock() if timestamp_ms is None else timestamp_ms
-        batch = self._encode(records, stamp, headers)
+        stamp = _stamp(self._clock, timestamp_ms, timestamps)
+        batch = self._encode(records, stamp, headers, timestamps=timestamps)
         with self.lock:
             self._check_open()
             info = self._append_locked(batch, len(records), stamp)
@@ -442,6 +458,7 @@ class Log:
         timestamp_ms: int | None = None,
         headers: Sequence[Headers] | None = None,
         defer_flush: bool = False,
+        timestamps: Sequence[int] | None = None,
     ) -> AppendInfo:
         """Append ``records`` as one transactional batch of ``producer_id`` (attribute bit 4).
 
@@ -454,12 +471,18 @@ class Log:
         :class:`~changelog.errors.InvalidProducerEpochError`; otherwise as :meth:`append`.
         """
         self._check_open()
-        stamp = self._clock() if timestamp_ms is None else timestamp_ms
+        stamp = _stamp(self._clock, timestamp_ms, timestamps)
         with self.lock:
             self._check_open()
             self._check_epoch(producer_id, producer_epoch)
             sequence = self._producers.next_sequence(producer_id, producer_epoch)
-            batch = self._encode(records, stamp, headers, (producer_id, producer_epoch, sequence))
+            batch = self._encode(
+                records,
+                stamp,
+                headers,
+                (producer_id, producer_epoch, sequence),
+                timestamps=timestamps,
+            )
             info = self._append_locked(batch, len(records), stamp, producer_state=True)
         return self._finish_append(info, defer_flush=defer_flush)
 
@@ -523,6 +546,8 @@ class Log:
         stamp: int,
         headers: Sequence[Headers] | None,
         producer: tuple[int, int, int] | None = None,
+        *,
+        timestamps: Sequence[int] | None = None,
     ) -> bytearray:
         """One append's batch at base offset 0 (offset and leader epoch patched by the caller:
         neither is under the CRC).  A record without a key in a compacted log is refused by
@@ -534,6 +559,7 @@ class Log:
             compression=self._compression,
             require_keys=self._config.compact,
             producer=producer,
+            timestamps=timestamps,
         )
         if len(batch) > self._config.max_message_bytes:
             raise RecordTooLargeError(len(batch), self._config.max_message_bytes)

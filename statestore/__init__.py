@@ -12,6 +12,7 @@ from statestore.errors import (
     DeserializationError,
     InvalidStateStoreError,
     InvalidStoreConfigError,
+    InvalidTimestampError,
     RecordTooLargeForLogError,
     RestoreError,
     SerdeDefinitionError,
@@ -30,10 +31,21 @@ from statestore.errors import (
 from statestore.manager import StateManager
 from statestore.migrate import migrate_store
 from statestore.partitioner import murmur2, partition_for
-from statestore.serdes import AttrsSerde, BytesSerde, IntSerde, MsgpackSerde, Serde, StringSerde
+from statestore.serdes import (
+    AttrsSerde,
+    BytesSerde,
+    IntSerde,
+    LongSerde,
+    MsgpackSerde,
+    Serde,
+    StringSerde,
+)
 from statestore.stores.lifecycle import StoreState
 from statestore.stores.reader import StoreReader
 from statestore.stores.restore import RestoreProgress, RestoreResult, StateRestoreListener
+from statestore.stores.time.settings import TimeSettings
+from statestore.stores.time.timestamped import TimestampedKeyValueStore, ValueAndTimestamp
+from statestore.stores.time.window import Windowed, WindowStore
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import TransactionCoordinator
 
@@ -49,7 +61,9 @@ __all__ = [
     "IntSerde",
     "InvalidStateStoreError",
     "InvalidStoreConfigError",
+    "InvalidTimestampError",
     "KeyValueStore",
+    "LongSerde",
     "MsgpackSerde",
     "RecordTooLargeForLogError",
     "RestoreError",
@@ -72,11 +86,16 @@ __all__ = [
     "StoreReader",
     "StoreState",
     "StringSerde",
+    "TimeSettings",
+    "TimestampedKeyValueStore",
     "TransactionCoordinator",
     "TransactionCoordinatorError",
     "TransactionLogCorruptError",
     "TransactionStateMissingError",
     "UnsupportedStoreOperationError",
+    "ValueAndTimestamp",
+    "WindowStore",
+    "Windowed",
     "migrate_store",
     "murmur2",
     "partition_for",

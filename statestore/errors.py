@@ -9,6 +9,7 @@
     ├── UnsupportedStoreOperationError  the store's mode does not offer the operation (and says why)
     ├── SerdeDefinitionError         a serde refuses a class at construction (a field it cannot keep)
     ├── SerializationError           a key or value cannot be serialized; nothing was written
+    ├── InvalidTimestampError        a timestamp or time range is refused; nothing was written
     ├── RecordTooLargeForLogError    a record would exceed the changelog's max_message_bytes
     ├── DeserializationError         stored bytes cannot be turned back into a key or value
     ├── StoreEngineError             RocksDB failed (the rocksdict error is the ``__cause__``)
@@ -50,6 +51,7 @@ __all__ = [
     "DeserializationError",
     "InvalidStateStoreError",
     "InvalidStoreConfigError",
+    "InvalidTimestampError",
     "RecordTooLargeForLogError",
     "RestoreError",
     "SerdeDefinitionError",
@@ -159,6 +161,23 @@ class SerializationError(StateStoreError):
         self.role = role
         self.type_name = type_name
         self.reason = reason
+
+
+class InvalidTimestampError(StateStoreError, ValueError):
+    """A timestamp argument of a store in time is refused (not an integer in ``[0, 2**63)``).
+
+    Nothing was buffered.  ``name`` is the argument (``timestamp_ms``,
+    ``window_start_ms``, ...), ``value`` what was given.
+    """
+
+    def __init__(self, store: str, name: str, value: object) -> None:
+        super().__init__(
+            f"store {store!r}: {name}={value!r} is not a timestamp (an integer of "
+            "milliseconds in [0, 2**63))"
+        )
+        self.store = store
+        self.name = name
+        self.value = value
 
 
 class RecordTooLargeForLogError(StateStoreError):

@@ -107,6 +107,11 @@ from statestore.stores.lifecycle import StoreState
 from statestore.stores.metadata import read_metadata, reconcile, serde_identity, write_metadata
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener
 from statestore.stores.spec import StoreSpec
+from statestore.stores.time.base import TimeStoreBase
+from statestore.stores.time.settings import TimeSettings
+from statestore.stores.time.timestamped import TimestampedKeyValueStore
+from statestore.stores.time.top import wrap_time_store
+from statestore.stores.time.window import WindowStore
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import FaultHook, TransactionCoordinator
 
@@ -165,6 +170,8 @@ class StateManager:
         self._default_rocksdb = rocksdb if rocksdb is not None else RocksDBConfig()
         self._lock = threading.RLock()
         self._stores: dict[str, KeyValueStore[Any, Any]] = {}
+        self._tops: dict[str, TimeStoreBase[Any, Any]] = {}
+        """The top layer of each open store in time (its typed store of bytes is in ``_stores``)."""
         self._specs: dict[str, StoreSpec] = {}
         self._restore_results: dict[str, list[RestoreResult]] = {}
         self._state = StoreState.CREATED
@@ -336,6 +343,141 @@ class StateManager:
             progress=progress,
         )
 
+    def timestamped_store(
+        self,
+        name: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        key_type: type[Any] | None = None,
+        value_type: type[Any] | None = None,
+        partitions: int | None = None,
+        log_config: LogConfig | None = None,
+        rocksdb: RocksDBConfig | None = None,
+        config: StoreConfig | None = None,
+        restore_listener: StateRestoreListener | None = None,
+        progress: ProgressHook | None = None,
+    ) -> TimestampedKeyValueStore[Any, Any]:
+        """The timestamped key-value store ``name`` (docs/time.md), opened and restored.
+
+        Arguments as :meth:`store`.  Its metadata records that it is
+        timestamped: opening it as another type raises
+        :class:`~statestore.errors.StoreMetadataMismatchError`.
+        """
+        top = self._open_time_store(
+            name,
+            TimeSettings.timestamped_key_value(),
+            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
+            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
+            partitions=partitions,
+            log_config=log_config,
+            rocksdb=rocksdb,
+            config=config,
+            restore_listener=restore_listener,
+            progress=progress,
+        )
+        assert isinstance(top, TimestampedKeyValueStore)  # the type follows the settings
+        return top
+
+    def window_store(
+        self,
+        name: str,
+        *,
+        window_size_ms: int,
+        retention_ms: int,
+        segment_interval_ms: int | None = None,
+        retain_duplicates: bool = False,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        key_type: type[Any] | None = None,
+        value_type: type[Any] | None = None,
+        log_config: LogConfig | None = None,
+        rocksdb: RocksDBConfig | None = None,
+        config: StoreConfig | None = None,
+        restore_listener: StateRestoreListener | None = None,
+        progress: ProgressHook | None = None,
+    ) -> WindowStore[Any, Any]:
+        """The window store ``name`` (Kafka Streams' ``WindowStore``; docs/time.md), opened and restored.
+
+        ``window_size_ms``, ``retention_ms`` (>= the window size),
+        ``segment_interval_ms`` (default ``max(retention_ms / 2, 60 s)``) and
+        ``retain_duplicates`` are Kafka Streams' ``persistentWindowStore``
+        arguments, recorded in the store's metadata.  The changelog defaults to
+        ``cleanup_policy="compact,delete"`` with ``retention_ms`` = the store's
+        retention + 1 day, as Kafka Streams creates it.  One partition.
+        """
+        settings = TimeSettings.window(
+            window_size_ms=window_size_ms,
+            retention_ms=retention_ms,
+            segment_interval_ms=segment_interval_ms,
+            retain_duplicates=retain_duplicates,
+        )
+        top = self._open_time_store(
+            name,
+            settings,
+            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
+            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
+            partitions=1,
+            log_config=log_config,
+            rocksdb=rocksdb,
+            config=config,
+            restore_listener=restore_listener,
+            progress=progress,
+        )
+        assert isinstance(top, WindowStore)  # the type follows the settings
+        return top
+
+    def _open_time_store(
+        self,
+        name: str,
+        settings: TimeSettings,
+        *,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        partitions: int | None,
+        log_config: LogConfig | None,
+        rocksdb: RocksDBConfig | None,
+        config: StoreConfig | None,
+        restore_listener: StateRestoreListener | None,
+        progress: ProgressHook | None,
+    ) -> TimeStoreBase[Any, Any]:
+        """Open the typed store of bytes under a store in time and put the store's top layer on it."""
+        if partitions is not None and (
+            isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+        ):
+            raise InvalidStoreConfigError("partitions", partitions, "must be an integer >= 1")
+        config = config if config is not None else StoreConfig()
+        if log_config is None and self._given_log_config is not None:
+            log_config = settings.changelog_config(self._given_log_config)
+        with self._lock:
+            inner = self._open_store(
+                name,
+                key_serde=key_serde,
+                value_serde=value_serde,
+                check_serdes=True,
+                partitions=partitions,
+                log_config=log_config,
+                rocksdb=rocksdb,
+                config=config,
+                restore_mode=config.restore_mode,
+                rebuild=False,
+                restore_listener=restore_listener,
+                progress=progress,
+                time=settings,
+                default_log_config=settings.changelog_config(STORE_LOG_CONFIG),
+            )
+            top = self._tops.get(name)
+            if top is None or top.inner is not inner:
+                top = wrap_time_store(
+                    inner,
+                    settings,
+                    key_serde=key_serde,
+                    value_serde=value_serde,
+                    now_ms=inner.changelogs[0].clock,
+                )
+                self._tops[name] = top
+            return top
+
     def raw_store(
         self,
         name: str,
@@ -388,7 +530,12 @@ class StateManager:
         rebuild: bool,
         restore_listener: StateRestoreListener | None,
         progress: ProgressHook | None,
+        time: TimeSettings | None = None,
+        default_log_config: LogConfig = STORE_LOG_CONFIG,
     ) -> KeyValueStore[Any, Any]:
+        """Open (or return the open) typed store ``name``; ``time``: a store in time's settings
+        (checked against the metadata unless this is a raw open, which takes the recorded ones);
+        ``default_log_config``: a new store's changelog settings when ``log_config`` is ``None``."""
         if not isinstance(name, str) or not _STORE_NAME.match(name) or name in (".", ".."):
             raise InvalidStoreConfigError("name", name, "must be 1-200 of [A-Za-z0-9._-]")
         rocksdb = rocksdb if rocksdb is not None else self._default_rocksdb
@@ -420,6 +567,7 @@ class StateManager:
                         if restore_mode is not None
                         else current.config.restore_mode,
                     ),
+                    time=time if check_serdes else current.time,
                 )
                 if asked != current or rebuild:
                     raise InvalidStoreConfigError(
@@ -435,7 +583,9 @@ class StateManager:
                 value_serde=serde_identity(value_serde) if check_serdes else None,
                 restore_mode=restore_mode,
                 log_config=log_config,
-                default_log_config=STORE_LOG_CONFIG,
+                default_log_config=default_log_config,
+                time=time,
+                check_time=check_serdes,
             )
             meta = reconciled.metadata
             spec = StoreSpec(
@@ -446,6 +596,7 @@ class StateManager:
                 log_config=meta.log_config,
                 rocksdb=rocksdb,
                 config=attrs.evolve(config, restore_mode=meta.restore_mode),
+                time=meta.time,
             )
             rebuild_reason = reconciled.rebuild_reason
             if rebuild:
@@ -545,7 +696,9 @@ class StateManager:
             return sum(store.abort() for store in self._open_stores(covered))
 
     @contextlib.contextmanager
-    def transaction(self, *stores: KeyValueStore[Any, Any]) -> Iterator[StateManager]:
+    def transaction(
+        self, *stores: KeyValueStore[Any, Any] | TimeStoreBase[Any, Any]
+    ) -> Iterator[StateManager]:
         """One atomic commit at the end of the block; discard on an exception.
 
         ::
@@ -613,8 +766,10 @@ class StateManager:
         if store is not None:
             store.own_writes(thread)
 
-    def _store_name(self, store: KeyValueStore[Any, Any]) -> str:
+    def _store_name(self, store: KeyValueStore[Any, Any] | TimeStoreBase[Any, Any]) -> str:
         """The name of ``store``, an open store of this manager (else a typed error)."""
+        if isinstance(store, TimeStoreBase) and self._tops.get(store.name) is store:
+            store = store.inner
         if not isinstance(store, KeyValueStore) or self._stores.get(store.name) is not store:
             raise InvalidStoreConfigError("stores", store, "not a store of this manager")
         if store.state is not StoreState.OPEN:

@@ -383,6 +383,7 @@ def encode_append_batch(
     require_keys: bool,
     headers: Sequence[Headers] | None = None,
     producer: tuple[int, int, int] | None = None,
+    timestamps: Sequence[int] | None = None,
 ) -> bytearray:
     """The log's append: :func:`encode_batch` at base offset 0, in a ``bytearray`` of its own.
 
@@ -392,9 +393,26 @@ def encode_append_batch(
     made twice per append before, cost 20-40 us each here, page faults
     included.  ``producer`` is ``(producer_id, producer_epoch, base_sequence)``
     of a transactional batch; ``None``: not transactional.
+
+    ``timestamps`` (one CreateTime per record, in record order) replaces the one
+    ``timestamp_ms`` for stores whose records carry their own time (timestamped,
+    window and session stores): the batch is then built by :func:`encode_records`
+    with per-record timestamp deltas (base timestamp the first record's, max
+    timestamp the largest), as Kafka's producer builds a batch of records with
+    different timestamps.
     """
     transactional = producer is not None
     ids = producer if producer is not None else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+    if timestamps is not None:
+        return _encode_timestamped(
+            pairs,
+            timestamps,
+            headers=headers,
+            compression=compression,
+            require_keys=require_keys,
+            producer=ids,
+            is_transactional=transactional,
+        )
     if (
         _ENCODE_PLAIN is not None
         and headers is None
@@ -423,6 +441,54 @@ def encode_append_batch(
             base_sequence=ids[2],
             is_transactional=transactional,
             require_keys=require_keys,
+        )
+    )
+
+
+def _encode_timestamped(
+    pairs: Pairs,
+    timestamps: Sequence[int],
+    *,
+    headers: Sequence[Headers] | None,
+    compression: Compression | None,
+    require_keys: bool,
+    producer: tuple[int, int, int],
+    is_transactional: bool,
+) -> bytearray:
+    """:func:`encode_append_batch` with one timestamp per record (base offset 0)."""
+    items = check_pairs(list(pairs.items()) if isinstance(pairs, Mapping) else pairs)
+    if len(timestamps) != len(items):
+        raise InvalidRecordError(
+            f"{len(timestamps)} timestamps for {len(items)} records; one per record is needed"
+        )
+    if require_keys:
+        _check_keys(items)
+    per_record = check_headers(headers, len(items))
+    records = []
+    for delta, (pair, stamp) in enumerate(zip(items, timestamps, strict=True)):
+        try:
+            key, value = pair
+        except (TypeError, ValueError) as exc:
+            raise bad_pair(delta, pair) from exc
+        if (key is not None and key.__class__ is not bytes) or (
+            value is not None and value.__class__ is not bytes
+        ):
+            raise bad_pair(delta, pair)
+        check_timestamp("timestamps", stamp)
+        records.append(
+            Record(delta, stamp, key, value, () if per_record is None else per_record[delta])
+        )
+    producer_id, producer_epoch, base_sequence = producer
+    return bytearray(
+        encode_records(
+            records,
+            base_offset=0,
+            last_offset_delta=len(records) - 1,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            is_transactional=is_transactional,
+            compression=compression,
         )
     )
 

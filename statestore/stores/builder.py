@@ -18,9 +18,12 @@ For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
    log says is committed, abort the rest), so the restore sees no open one;
 2. open the RocksDB engine as the restore policy says
    (:func:`statestore.stores.restore.open_engine`: full deletes it first,
-   incremental keeps it when its applied offset belongs to the log);
+   incremental keeps it when its applied offset belongs to the log); a window
+   store's is a :class:`~statestore.stores.time.segments.SegmentedEngine`;
 3. wrap log and engine in a :class:`~statestore.stores.change_logging.ChangeLoggingStore`,
-   which owns both from here on, and restore it (``created -> restoring -> open``);
+   which owns both from here on (in the timestamped value format for a store in
+   time, :attr:`StoreSpec.time <statestore.stores.spec.StoreSpec.time>`), and
+   restore it (``created -> restoring -> open``);
 4. wrap that in a :class:`~statestore.stores.buffer.WriteBuffer` (the
    writes of the current commit);
 5. with metrics on, wrap that in a :class:`~statestore.metrics.metered.MeteredStore`
@@ -31,7 +34,9 @@ Then route over the partitions with a
 several, and put the typed :class:`~statestore.stores.typed.KeyValueStore`
 (serdes, once, at the top) on the result, with its
 :class:`~statestore.stores.reader.StoreReader` (the committed state of the
-partitions' engines, for other threads) beside it.  Each layer receives the finished
+partitions' engines, for other threads) beside it; for a store in time the typed
+store takes raw bytes, and the store's own top layer (:mod:`statestore.stores.time`),
+which the manager puts over it, serializes.  Each layer receives the finished
 layer below it in its constructor and closes it in its ``close``; nothing
 is attached later.  Nothing else constructs these layers.
 
@@ -63,7 +68,7 @@ from changelog import AppendInfo, Log
 from statestore.errors import changelog_errors
 from statestore.metrics.metered import MeteredStore, PartitionMetrics
 from statestore.metrics.registry import MetricsRegistry
-from statestore.serdes import Serde
+from statestore.serdes import BytesSerde, Serde
 from statestore.stores.buffer import WriteBuffer
 from statestore.stores.bytes_store import BytesStore, ChangeLogging
 from statestore.stores.change_logging import ChangeLoggingStore
@@ -73,6 +78,7 @@ from statestore.stores.partitioned import PartitionedStore
 from statestore.stores.reader import StoreReader
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener, open_engine
 from statestore.stores.spec import StoreSpec
+from statestore.stores.time.segments import SegmentedEngine
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import TransactionCoordinator
 
@@ -151,18 +157,21 @@ def build_store(
         for opened, _meter in parts:
             _quietly(opened.close)
         raise
+    plain = spec.time is None  # a store in time serializes in its own top layer (the manager's)
+    key_serde: Serde[Any] = spec.key_serde if plain else BytesSerde()
+    value_serde: Serde[Any] = spec.value_serde if plain else BytesSerde()
     store: KeyValueStore[Any, Any] = wrap_partitions(
         parts,
         name=spec.name,
-        key_serde=spec.key_serde,
-        value_serde=spec.value_serde,
+        key_serde=key_serde,
+        value_serde=value_serde,
         max_record_bytes=spec.max_record_bytes,
         committer=coordinator,
         reader=StoreReader(
             name=spec.name,
             engines=engines,
-            key_serde=spec.key_serde,
-            value_serde=spec.value_serde,
+            key_serde=key_serde,
+            value_serde=value_serde,
             visibility=coordinator.visibility,
         ),
     )
@@ -240,11 +249,16 @@ def _open_partition(
     try:
         with changelog_errors(store=spec.name, partition=partition, operation="recover"):
             coordinator.recover(log, store=spec.name, partition=partition)
+        time = spec.time
         engine, plan = open_engine(
             spec.config.restore_mode,
             log,
-            open_=lambda: RocksDBEngine.open(
-                engine_path, config=spec.rocksdb, cache=cache, label=label
+            open_=lambda: (
+                RocksDBEngine.open(engine_path, config=spec.rocksdb, cache=cache, label=label)
+                if time is None or not time.segmented
+                else SegmentedEngine.open_segmented(
+                    engine_path, config=spec.rocksdb, cache=cache, settings=time, label=label
+                )
             ),
             destroy=lambda: RocksDBEngine.destroy(engine_path),
             label=label,
@@ -264,6 +278,7 @@ def _open_partition(
         engine=engine,
         plan=plan,
         flush_interval_records=spec.config.flush_interval_records,
+        timestamped=spec.time is not None and spec.time.timestamped,
     )
 
 

@@ -117,6 +117,7 @@ from statestore.stores.restore import (
     StateRestoreListener,
     restore_into,
 )
+from statestore.stores.time.layout import changelog_records
 
 __all__ = ["ChangeLoggingStore"]
 
@@ -140,8 +141,17 @@ class ChangeLoggingStore:
         engine: RocksDBEngine,
         plan: RestorePlan,
         flush_interval_records: int,
+        timestamped: bool = False,
     ) -> None:
-        """Take ownership of ``changelog`` and ``engine``; :meth:`restore` then carries out ``plan``."""
+        """Take ownership of ``changelog`` and ``engine``; :meth:`restore` then carries out ``plan``.
+
+        ``timestamped`` selects the timestamped value format of
+        :mod:`statestore.stores.time.layout`: RocksDB values are
+        ``timestamp | value`` and each changelog record carries ``value`` with
+        ``timestamp`` as its CreateTime (a tombstone: the log's clock); restore
+        puts the timestamp back in front.
+        """
+        self._timestamped = timestamped
         self.store = store
         self.partition = partition
         self._changelog = changelog
@@ -227,6 +237,7 @@ class ChangeLoggingStore:
                 batch_records=batch_records,
                 listener=listener,
                 progress=progress,
+                timestamped=self._timestamped,
             )
         except BaseException:
             self._move(StoreState.FAILED, "restore")
@@ -259,7 +270,11 @@ class ChangeLoggingStore:
         """
         self._require_open("commit")
         try:
-            info = self._changelog.append(records)
+            if self._timestamped:
+                pairs, stamps = changelog_records(records, self._changelog.clock)
+                info = self._changelog.append(pairs, timestamps=stamps)
+            else:
+                info = self._changelog.append(records)
         except Exception as exc:  # noqa: BLE001 - mapped to CommitFailedError below
             self._raise_append_error(exc)
         self.apply(records, info.last_offset + 1)
@@ -280,6 +295,15 @@ class ChangeLoggingStore:
         """
         self._require_open("commit")
         try:
+            if self._timestamped:
+                pairs, stamps = changelog_records(records, self._changelog.clock)
+                return self._changelog.append_transactional(
+                    pairs,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    defer_flush=True,
+                    timestamps=stamps,
+                )
             return self._changelog.append_transactional(
                 records, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=True
             )

@@ -69,7 +69,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import rocksdict
 
@@ -256,10 +256,12 @@ class RocksDBEngine:
         config: RocksDBConfig,
         cache: rocksdict.Cache | None,
         label: str = "",
-    ) -> RocksDBEngine:
+        **extra: Any,
+    ) -> Self:
         """Open (creating if missing) the RocksDB directory ``path`` with ``config``.
 
-        ``label`` (store and partition) prefixes log lines.
+        ``label`` (store and partition) prefixes log lines; ``extra`` goes to
+        the constructor of a subclass (a segmented engine's settings).
         """
         options = rocksdb_options(config, cache)
         meta_options = rocksdict.Options(raw_mode=True)
@@ -268,7 +270,11 @@ class RocksDBEngine:
                 str(path), options, column_families={META_COLUMN_FAMILY: meta_options}
             )
         logger.debug("%s: opened RocksDB at %s", label, path)
-        return cls(path, db, config, label)
+        try:
+            return cls(path, db, config, label, **extra)
+        except BaseException:
+            db.close()
+            raise
 
     @staticmethod
     def destroy(path: Path) -> None:
@@ -396,9 +402,16 @@ class RocksDBEngine:
                 batch.put(meta_key, meta_value, self._meta)
         self.write_batch(batch, applied_offset)
 
-    def write_batch(self, batch: Any, applied_offset: int) -> None:
-        """Add the applied offset to ``batch`` (a raw-mode ``WriteBatch``) and write it, WAL off."""
+    def write_batch(
+        self, batch: Any, applied_offset: int, *, meta: Mapping[bytes, bytes] | None = None
+    ) -> None:
+        """Add ``meta`` entries and the applied offset to ``batch`` (a raw-mode ``WriteBatch``) and write it, WAL off."""
         self._check_open("write")
+        if meta:
+            if _APPLIED_OFFSET_KEY in meta:
+                raise ValueError(f"metadata key {_APPLIED_OFFSET_KEY!r} is reserved")
+            for meta_key, meta_value in meta.items():
+                batch.put(meta_key, meta_value, self._meta)
         batch.put(_APPLIED_OFFSET_KEY, _OFFSET.pack(applied_offset), self._meta)
         with _EngineErrors(self._path, "write"):
             self._db.write(batch, self._write_options)

@@ -19,6 +19,7 @@ every field of the changelog's :class:`~changelog.LogConfig`.  Format
     value_serde    string   serde identity of the values
     restore_mode   string   "full" or "incremental"
     log_config     object   every LogConfig field by name
+    time           object   only for a store in time: every TimeSettings field by name
     crc32c         int      CRC-32C of the canonical form of every other key
 
 The canonical form is ``json.dumps(doc_without_crc32c, sort_keys=True,
@@ -67,6 +68,7 @@ from statestore.errors import (
 )
 from statestore.serdes import AttrsSerde, BytesSerde, IntSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.spec import changelog_dir
+from statestore.stores.time.settings import TimeSettings
 
 __all__ = [
     "METADATA_FORMAT",
@@ -146,10 +148,16 @@ class StoreMetadata:
     value_serde: str
     restore_mode: RestoreMode
     log_config: LogConfig
+    time: TimeSettings | None = None
+    """A store in time's settings (``None``: a plain key-value store)."""
 
 
 def _log_config_doc(config: LogConfig) -> dict[str, Any]:
     return attrs.asdict(config)
+
+
+def _time_doc(time: TimeSettings | None) -> str:
+    return "key-value store" if time is None else json.dumps(time.to_doc(), sort_keys=True)
 
 
 def _canonical(doc: dict[str, Any]) -> bytes:
@@ -169,6 +177,8 @@ def encode_metadata(meta: StoreMetadata) -> bytes:
         "restore_mode": meta.restore_mode,
         "log_config": _log_config_doc(meta.log_config),
     }
+    if meta.time is not None:
+        doc["time"] = meta.time.to_doc()
     doc["crc32c"] = crc32c.crc32c(_canonical(doc))
     return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode()
 
@@ -207,9 +217,9 @@ def decode_metadata(data: bytes, *, path: Path, store: str) -> StoreMetadata:
             f"version {doc.get('version')!r} is not supported (this statestore reads "
             f"version {METADATA_VERSION})"
         )
-    if set(doc) != _KEYS:
+    if set(doc) - {"time"} != _KEYS:
         missing = sorted(_KEYS - set(doc))
-        extra = sorted(set(doc) - _KEYS)
+        extra = sorted(set(doc) - _KEYS - {"time"})
         raise corrupt(f"keys missing {missing}, unknown {extra}")
     stored_crc = doc["crc32c"]
     actual = crc32c.crc32c(_canonical(doc))
@@ -232,7 +242,14 @@ def decode_metadata(data: bytes, *, path: Path, store: str) -> StoreMetadata:
         log_config = LogConfig(**doc["log_config"])
     except (TypeError, ChangelogError) as exc:
         raise corrupt(f"log_config: {exc}") from None
+    time = None
+    if "time" in doc:
+        try:
+            time = TimeSettings.from_doc(doc["time"])
+        except ValueError as exc:
+            raise corrupt(f"time: {exc}") from None
     return StoreMetadata(
+        time=time,
         store=doc["store"],
         partitions=partitions,
         key_serde=doc["key_serde"],
@@ -329,6 +346,8 @@ def reconcile(
     restore_mode: RestoreMode | None,
     log_config: LogConfig | None,
     default_log_config: LogConfig,
+    time: TimeSettings | None = None,
+    check_time: bool = False,
 ) -> Reconciled:
     """Check an open of ``store`` against its metadata; what to use and what to record.
 
@@ -339,6 +358,9 @@ def reconcile(
     when a given setting differs from the recorded one, and
     :class:`StoreLayoutError` when the partition directories disagree with
     the metadata (or, without metadata, do not prove a partition count).
+    ``time`` is the store in time asked for (``None``: a key-value store),
+    checked against the recorded one when ``check_time`` (a raw open of a
+    tool uses the recorded one).
     Reads the directory listing only; writes nothing.
     """
     path = metadata_path(state_dir, store)
@@ -358,6 +380,8 @@ def reconcile(
                 for name in old
                 if old[name] != new[name]
             )
+        if check_time and time != stored.time:
+            mismatches.append(("time", _time_doc(stored.time), _time_doc(time)))
         if mismatches:
             raise StoreMetadataMismatchError(store, path, mismatches)
         _check_layout(store, path, stored.partitions, on_disk)
@@ -408,6 +432,7 @@ def reconcile(
             value_serde=value_serde if value_serde is not None else "unknown",
             restore_mode=mode,
             log_config=log_config if log_config is not None else default_log_config,
+            time=time,
         )
         return Reconciled(
             metadata=meta,
@@ -434,6 +459,7 @@ def reconcile(
         value_serde=value_serde,
         restore_mode=mode,
         log_config=log_config if log_config is not None else default_log_config,
+        time=time,
     )
     return Reconciled(
         metadata=meta,

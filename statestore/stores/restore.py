@@ -74,10 +74,11 @@ import attrs
 
 from changelog import ChangelogError, Log, LogConfig
 from changelog.log import LocatedBatch
-from changelog.record.batch import decode_key_values, key_value_pairs
+from changelog.record.batch import decode_key_values, decode_records, key_value_pairs
 from statestore.config import RestoreMode
 from statestore.errors import AppliedOffsetMismatchError, RestoreError, StoreEngineError
 from statestore.stores.engine import RocksDBEngine
+from statestore.stores.time.layout import restored_pairs
 
 __all__ = [
     "DataBatches",
@@ -309,8 +310,13 @@ def replay(
     batch_records: int,
     listener: StateRestoreListener | None = None,
     progress: ProgressHook | None = None,
+    timestamped: bool = False,
 ) -> int:
     """Apply the changelog records in ``[start_offset, end_offset)`` to ``engine``; returns the count.
+
+    ``timestamped``: the store keeps ``timestamp | value`` in RocksDB
+    (:mod:`statestore.stores.time.layout`), so each record's CreateTime is put
+    back in front of its value.
 
     Values are moved as bytes: the codec's record reader gives each log batch's
     ``(key, value)`` pairs (:func:`changelog.record.batch.key_value_pairs`) and
@@ -342,7 +348,9 @@ def replay(
             for file, position, header, data in read(start_offset):
                 if header.is_control:
                     continue
-                if header.base_offset < start_offset or header.last_offset >= end_offset:
+                if timestamped:
+                    pairs += _timestamped_pairs(data, file, position, start_offset, end_offset)
+                elif header.base_offset < start_offset or header.last_offset >= end_offset:
                     pairs += _pairs_in_range(data, file, position, start_offset, end_offset)
                 else:  # the common case: the whole batch
                     pairs += key_value_pairs(data, path=file, position=position, validate=False)
@@ -415,6 +423,18 @@ def _pairs_in_range(
         )
         if start <= offset < end
     ]
+
+
+def _timestamped_pairs(
+    data: bytes, path: Path, position: int, start: int, end: int
+) -> list[tuple[bytes | None, bytes | None]]:
+    """A timestamped store's ``(key, timestamp | value)`` of the records of ``data`` (at
+    ``position`` of ``path``) in ``[start, end)``."""
+    return restored_pairs(
+        (record.key, record.timestamp_ms, record.value)
+        for record in decode_records(data, path=path, position=position, validate=False)
+        if start <= record.offset < end
+    )
 
 
 def _write(
@@ -541,8 +561,11 @@ def restore_into(
     batch_records: int,
     listener: StateRestoreListener | None,
     progress: ProgressHook | None,
+    timestamped: bool = False,
 ) -> RestoreResult:
     """Step 2: replay ``log`` from ``plan.start_offset`` to its log end offset into ``engine``.
+
+    ``timestamped`` as in :func:`replay`.
 
     While the plan holds the cleaning barrier, the barrier sits at the start
     offset during the replay (until the restored state is flushed, only what
@@ -566,6 +589,7 @@ def restore_into(
         batch_records=batch_records,
         listener=listener,
         progress=progress,
+        timestamped=timestamped,
     )
     if plan.hold_cleaning_barrier:
         log.cleaning_barrier_offset = log_end

@@ -20,6 +20,7 @@ from changelog import LogConfig
 from changelog.record.header import BATCH_HEADER_SIZE
 from statestore.config import RocksDBConfig, StoreConfig
 from statestore.serdes import Serde
+from statestore.stores.time.settings import TimeSettings
 
 __all__ = ["RECORD_OVERHEAD_BYTES", "StoreSpec", "changelog_dir", "rocksdb_dir"]
 
@@ -60,6 +61,8 @@ class StoreSpec:
     """Settings of every partition's RocksDB."""
     config: StoreConfig
     """Restore, commit and flush settings."""
+    time: TimeSettings | None = None
+    """A store in time (timestamped key-value, window); ``None``: a plain key-value store."""
 
     @property
     def max_record_bytes(self) -> int:

@@ -1,0 +1,19 @@
+"""Stores in time: timestamped key-value and window stores over the one store stack.
+
+::
+
+    layout          byte layouts (timestamped value, windowed key, segmented RocksDB key)
+    settings        TimeSettings: which store type, window size, retention, segments
+    segments        SegmentedEngine: RocksDB segmented by time (the engine layer)
+    timestamped     TimestampedKeyValueStore: put with a timestamp, get_with_timestamp
+    window          WindowStore: Kafka Streams' WindowStore
+
+The lower layers carry two narrow capabilities for these stores, chosen by the
+builder from :class:`~statestore.stores.time.settings.TimeSettings`: the
+change-logging layer's *timestamped* value format (RocksDB holds
+``timestamp | value``; the changelog record holds ``value`` with the timestamp
+as its CreateTime), and the segmented engine.  The top layers wrap the typed
+store of raw bytes (:class:`~statestore.stores.typed.KeyValueStore` with
+:class:`~statestore.serdes.BytesSerde`), so buffering, commits, transactions,
+metrics and lifecycle are the key-value store's own.
+"""

@@ -1,0 +1,142 @@
+"""Byte layouts of the stores in time, the same as Kafka Streams' (so changelogs interoperate).
+
+All integers are big-endian; timestamps are signed 64-bit milliseconds and
+never negative here (a negative one is refused before anything is buffered).
+
+Timestamped value (the RocksDB value of timestamped key-value and window
+stores; Kafka Streams' ``ValueAndTimestampSerializer``):
+
+======  =======  =======  ===========  ==========================================
+offset  size     type     field        notes
+======  =======  =======  ===========  ==========================================
+0       8        int64    timestamp    the changelog record's CreateTime
+8       n        bytes    value        the changelog record's value, unchanged
+======  =======  =======  ===========  ==========================================
+
+The changelog record carries ``value`` alone and the timestamp in its
+CreateTime (no extra bytes); restore puts the timestamp back in front.
+
+Windowed key (the changelog key of a window store; Kafka Streams'
+``WindowKeySchema.toStoreKeyBinary``):
+
+======  =======  =======  ============  =========================================
+offset  size     type     field         notes
+======  =======  =======  ============  =========================================
+0       n        bytes    key           the serialized key
+n       8        int64    window start  milliseconds
+n+8     4        int32    seqnum        0 unless duplicates are retained
+======  =======  =======  ============  =========================================
+
+Segmented RocksDB key (:mod:`statestore.stores.time.segments`; not in the
+changelog):
+
+======  =======  =======  ============  =========================================
+offset  size     type     field         notes
+======  =======  =======  ============  =========================================
+0       8        uint64   segment id    window start // segment interval
+8       n+12     bytes    windowed key  as above
+======  =======  =======  ============  =========================================
+
+Keys of one segment sort together, and inside a segment by windowed key (key
+bytes, then window start, then seqnum), so an expired segment is one RocksDB
+``delete_range`` and a fetch of one key is one seek per live segment.
+
+Thread-safety: pure functions over immutable values.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final
+
+__all__ = [
+    "SEGMENT_ID",
+    "SEGMENT_PREFIX_BYTES",
+    "SEQNUM",
+    "TIMESTAMP",
+    "TIMESTAMP_BYTES",
+    "WINDOW_SUFFIX",
+    "WINDOW_SUFFIX_BYTES",
+    "changelog_records",
+    "join_timestamp",
+    "restored_pairs",
+    "segment_prefix",
+    "split_timestamp",
+    "split_windowed_key",
+    "windowed_key",
+]
+
+TIMESTAMP: Final = struct.Struct(">q")
+"""A timestamp (int64 BE)."""
+TIMESTAMP_BYTES: Final = TIMESTAMP.size
+SEQNUM: Final = struct.Struct(">i")
+"""A window store's sequence number (int32 BE)."""
+WINDOW_SUFFIX: Final = struct.Struct(
+    ">"
+    "q"  # window start, ms
+    "i"  # seqnum
+)
+"""What follows the key bytes in a windowed key."""
+WINDOW_SUFFIX_BYTES: Final = WINDOW_SUFFIX.size
+SEGMENT_ID: Final = struct.Struct(">Q")
+"""A segment id (uint64 BE): the prefix of a segmented RocksDB key."""
+SEGMENT_PREFIX_BYTES: Final = SEGMENT_ID.size
+
+
+def join_timestamp(timestamp_ms: int, value: bytes) -> bytes:
+    """``timestamp | value``: the RocksDB value of a timestamped store."""
+    return TIMESTAMP.pack(timestamp_ms) + value
+
+
+def split_timestamp(stored: bytes) -> tuple[int, bytes]:
+    """``(timestamp, value)`` of a RocksDB value written by :func:`join_timestamp`."""
+    return TIMESTAMP.unpack_from(stored)[0], stored[TIMESTAMP_BYTES:]
+
+
+def windowed_key(key: bytes, window_start_ms: int, seqnum: int = 0) -> bytes:
+    """``key | window start | seqnum``."""
+    return key + WINDOW_SUFFIX.pack(window_start_ms, seqnum)
+
+
+def split_windowed_key(data: bytes) -> tuple[bytes, int, int]:
+    """``(key, window start, seqnum)`` of a windowed key (at least 12 bytes)."""
+    start, seqnum = WINDOW_SUFFIX.unpack_from(data, len(data) - WINDOW_SUFFIX_BYTES)
+    return data[:-WINDOW_SUFFIX_BYTES], start, seqnum
+
+
+def segment_prefix(segment_id: int) -> bytes:
+    """The 8-byte prefix of the RocksDB keys of segment ``segment_id``."""
+    return SEGMENT_ID.pack(segment_id)
+
+
+def changelog_records(
+    records: Mapping[bytes, bytes | None], now_ms: Callable[[], int]
+) -> tuple[list[tuple[bytes, bytes | None]], list[int]]:
+    """A timestamped store's commit as the changelog takes it: ``(key, value)`` pairs and timestamps.
+
+    Each ``timestamp | value`` becomes ``value`` with ``timestamp`` as the
+    record's CreateTime; a tombstone is stamped ``now_ms()`` (once per call).
+    """
+    pairs: list[tuple[bytes, bytes | None]] = []
+    stamps: list[int] = []
+    now: int | None = None
+    unpack = TIMESTAMP.unpack_from
+    for key, value in records.items():
+        if value is None:
+            if now is None:
+                now = now_ms()
+            pairs.append((key, None))
+            stamps.append(now)
+        else:
+            pairs.append((key, value[TIMESTAMP_BYTES:]))
+            stamps.append(unpack(value)[0])
+    return pairs, stamps
+
+
+def restored_pairs(
+    records: Iterable[tuple[bytes | None, int, bytes | None]],
+) -> list[tuple[bytes | None, bytes | None]]:
+    """Changelog ``(key, timestamp, value)`` as a timestamped store's RocksDB entries (timestamp in front)."""
+    pack = TIMESTAMP.pack
+    return [(key, None if value is None else pack(stamp) + value) for key, stamp, value in records]

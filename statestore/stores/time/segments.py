@@ -1,0 +1,235 @@
+"""RocksDB segmented by time: the engine under a window store (Kafka Streams' segmented bytes store).
+
+The layer above hands this engine windowed keys (``key | window start |
+seqnum``, :mod:`statestore.stores.time.layout`), exactly the changelog's keys;
+the engine stores each under ``segment id | windowed key`` in the data column
+family, with ``segment id = window start // segment_interval_ms``.  Reads take
+and return windowed keys: a point get finds the segment from the key, a scan
+runs over every live segment and merges them back into windowed-key order.
+
+Retention, as Kafka Streams' ``AbstractRocksDBSegmentedBytesStore``:
+
+* the *observed stream time* is the largest window start ever written
+  (commits and restore alike; ``-1`` before the first);
+* the *oldest live segment* is ``(stream time - retention_ms) // segment_interval_ms``
+  (not below 0); a write to an older segment is dropped (and counted in
+  :attr:`SegmentedEngine.expired_records_dropped`), which is how a restore
+  skips records whose segment has expired;
+* when the oldest live segment moves, every older one is removed with ONE
+  ``delete_range`` in the same ``WriteBatch`` as the data that moved it: no
+  per-key delete; RocksDB drops the covered files at compaction.
+
+A window inside a live segment may still be older than the retention: the
+store above hides it (``start <= stream time - retention_ms``), as Kafka
+Streams' fetch does.
+
+Metadata column family, besides the applied offset: key ``stream-time`` ->
+8-byte big-endian signed int, the observed stream time, written in every
+``WriteBatch`` with the data that reached it (so an incremental restore reads
+the stream time that matches the data).  :meth:`SegmentedEngine.get` of the
+empty key returns those 8 bytes (no data key is shorter than 12 bytes): the
+store above reads the stream time through the layers' ordinary ``get``.
+
+Invariants (besides :class:`~statestore.stores.engine.RocksDBEngine`'s):
+``_segments`` is the set of segment ids that may hold data, none below
+``_live_from``; ``_live_from`` is the oldest live segment of ``_stream_time``;
+all three change only after a successful write.
+
+Thread-safety: as :class:`~statestore.stores.engine.RocksDBEngine` for reads;
+:meth:`~SegmentedEngine.write` is called by the owning change-logging layer's
+single committing thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping
+from operator import itemgetter
+from pathlib import Path
+from typing import Any, Final
+
+import rocksdict
+
+from statestore.config import RocksDBConfig
+from statestore.errors import StoreEngineError
+from statestore.stores.engine import RocksDBEngine
+from statestore.stores.time.layout import (
+    SEGMENT_ID,
+    SEGMENT_PREFIX_BYTES,
+    TIMESTAMP,
+    WINDOW_SUFFIX_BYTES,
+)
+from statestore.stores.time.settings import TimeSettings
+
+__all__ = ["STREAM_TIME_KEY", "SegmentedEngine"]
+
+STREAM_TIME_KEY: Final = b""
+"""The key whose :meth:`SegmentedEngine.get` is the observed stream time (8 bytes, int64 BE)."""
+_STREAM_TIME_META: Final = b"stream-time"
+_START_POSITION: Final = -WINDOW_SUFFIX_BYTES
+_KEY: Final = itemgetter(0)
+_NO_STREAM_TIME: Final = -1
+
+
+class SegmentedEngine(RocksDBEngine):
+    """A :class:`RocksDBEngine` whose data is segmented by window start (see the module docstring).
+
+    Thread-safety and invariants: see the module docstring.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        db: Any,
+        config: RocksDBConfig,
+        label: str,
+        *,
+        settings: TimeSettings,
+    ) -> None:
+        """Use :meth:`open_segmented`."""
+        super().__init__(path, db, config, label)
+        self._interval = settings.segment_interval_ms
+        self._retention = settings.retention_ms
+        raw = self.meta(_STREAM_TIME_META)
+        self._stream_time = _NO_STREAM_TIME if raw is None else int(TIMESTAMP.unpack(raw)[0])
+        self._live_from = self._oldest_live(self._stream_time)
+        self._segments = self._find_segments()
+        self.expired_records_dropped = 0
+        """Writes dropped because their segment had expired (commits and restores)."""
+        self.lookup = self.get
+
+    @classmethod
+    def open_segmented(
+        cls,
+        path: Path,
+        *,
+        config: RocksDBConfig,
+        cache: rocksdict.Cache | None,
+        settings: TimeSettings,
+        label: str = "",
+    ) -> SegmentedEngine:
+        """Open (creating if missing) the segmented RocksDB directory ``path``."""
+        return cls.open(path, config=config, cache=cache, label=label, settings=settings)
+
+    # ------------------------------------------------------------ segments
+
+    def _oldest_live(self, stream_time: int) -> int:
+        return max(0, (stream_time - self._retention) // self._interval)
+
+    def _find_segments(self) -> set[int]:
+        """The segment ids present in RocksDB (one seek per segment)."""
+        found: set[int] = set()
+        seek = SEGMENT_ID.pack(0)
+        while True:
+            first = next(RocksDBEngine.items(self, seek), None)
+            if first is None:
+                return found
+            segment = int(SEGMENT_ID.unpack_from(first[0])[0])
+            found.add(segment)
+            if segment == 2**64 - 1:
+                return found
+            seek = SEGMENT_ID.pack(segment + 1)
+
+    @property
+    def stream_time_ms(self) -> int:
+        """The observed stream time (``-1``: nothing written yet)."""
+        return self._stream_time
+
+    @property
+    def live_segments(self) -> tuple[int, ...]:
+        """The ids of the segments that may hold data, ascending."""
+        return tuple(sorted(self._segments))
+
+    def _segment_of(self, key: bytes) -> int:
+        if len(key) < WINDOW_SUFFIX_BYTES:
+            raise StoreEngineError(
+                self.path, "write", f"key {key!r:.60} is shorter than a windowed key's suffix"
+            )
+        start = int(TIMESTAMP.unpack_from(key, len(key) + _START_POSITION)[0])
+        return max(0, start) // self._interval
+
+    # --------------------------------------------------------------- reads
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of windowed ``key`` (the empty key: the stream time, 8 bytes)."""
+        if len(key) < WINDOW_SUFFIX_BYTES:
+            return TIMESTAMP.pack(self._stream_time) if key == STREAM_TIME_KEY else None
+        return super().get(SEGMENT_ID.pack(self._segment_of(key)) + key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The values of windowed ``keys``, in order."""
+        return [self.get(key) for key in keys]
+
+    def items(
+        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``lo <= windowed key < hi`` of every live segment, in windowed-key order."""
+        scans = [
+            self._segment_items(segment, lo, hi, reverse=reverse)
+            for segment in sorted(self._segments)
+        ]
+        if not scans:
+            return iter(())
+        if len(scans) == 1:
+            return scans[0]
+        return heapq.merge(*scans, key=_KEY, reverse=reverse)
+
+    def _segment_items(
+        self, segment: int, lo: bytes | None, hi: bytes | None, *, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        prefix = SEGMENT_ID.pack(segment)
+        low = prefix if lo is None else prefix + lo
+        high = SEGMENT_ID.pack(segment + 1) if hi is None else prefix + hi
+        entries = RocksDBEngine.items(self, low, high, reverse=reverse)
+        return ((key[SEGMENT_PREFIX_BYTES:], value) for key, value in entries)
+
+    # --------------------------------------------------------------- writes
+
+    def write(
+        self,
+        records: Iterable[tuple[bytes, bytes | None]] | Mapping[bytes, bytes | None],
+        applied_offset: int,
+        *,
+        meta: Mapping[bytes, bytes] | None = None,
+    ) -> None:
+        """Apply windowed ``records``, the stream time, expiry and ``applied_offset`` in one WriteBatch.
+
+        The stream time first advances over every record (so a record that
+        this very batch expires is not written), then each record goes to
+        its segment or, if that segment has expired, is dropped; segments
+        that expired are removed with one ``delete_range``.
+        """
+        self._check_open("write")
+        entries = list(records.items() if isinstance(records, Mapping) else records)
+        segments = [self._segment_of(key) for key, _ in entries]
+        stream_time = self._stream_time
+        for key, _ in entries:
+            start = int(TIMESTAMP.unpack_from(key, len(key) + _START_POSITION)[0])
+            stream_time = max(stream_time, start)
+        live_from = self._oldest_live(stream_time)
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        written: set[int] = set()
+        dropped = 0
+        for (key, value), segment in zip(entries, segments, strict=True):
+            if segment < live_from:
+                dropped += 1
+                continue
+            written.add(segment)
+            stored = SEGMENT_ID.pack(segment) + key
+            if value is None:
+                batch.delete(stored)
+            else:
+                batch.put(stored, value)
+        if live_from > self._live_from:
+            batch.delete_range(SEGMENT_ID.pack(0), SEGMENT_ID.pack(live_from))
+        self.write_batch(
+            batch,
+            applied_offset,
+            meta={**(meta or {}), _STREAM_TIME_META: TIMESTAMP.pack(stream_time)},
+        )
+        self._stream_time = stream_time
+        if live_from > self._live_from:
+            self._segments = {segment for segment in self._segments if segment >= live_from}
+            self._live_from = live_from
+        self._segments |= written
+        self.expired_records_dropped += dropped

@@ -1,0 +1,143 @@
+"""Which store in time a store is, and its time settings: :class:`TimeSettings`.
+
+A :class:`~statestore.stores.spec.StoreSpec` with ``time=None`` is a plain
+key-value store.  With :class:`TimeSettings` the builder picks the lower
+layers' capabilities from it (:attr:`TimeSettings.timestamped`: the
+change-logging layer's timestamped value format; :attr:`TimeSettings.segmented`:
+the segmented engine) and the store's metadata file records it
+(:meth:`TimeSettings.to_doc`), so a reopen with other settings is refused.
+
+Window store defaults follow Kafka Streams' ``Stores.persistentWindowStore``:
+the segment interval is ``max(retention / 2, 60 s)``; the changelog is
+``cleanup.policy=compact,delete`` with ``retention.ms`` = the store's
+retention + one day (``windowstore.changelog.additional.retention.ms``).
+
+Immutable values; thread-safe.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import attrs
+
+from changelog import LogConfig
+from statestore.errors import InvalidStoreConfigError
+
+__all__ = [
+    "ADDITIONAL_RETENTION_MS",
+    "MIN_SEGMENT_INTERVAL_MS",
+    "StoreType",
+    "TimeSettings",
+]
+
+StoreType = Literal["timestamped-key-value", "window"]
+_STORE_TYPES: Final = ("timestamped-key-value", "window")
+
+ADDITIONAL_RETENTION_MS: Final = 24 * 3600 * 1000
+"""Kafka Streams' ``windowstore.changelog.additional.retention.ms`` default (one day)."""
+MIN_SEGMENT_INTERVAL_MS: Final = 60_000
+"""Kafka Streams' smallest default segment interval (``max(retention / 2, 60 s)``)."""
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidStoreConfigError(attribute.name, value, "must be an integer >= 0")
+
+
+def _store_type(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in _STORE_TYPES:
+        raise InvalidStoreConfigError(attribute.name, value, f"must be one of {_STORE_TYPES}")
+
+
+@attrs.frozen(kw_only=True)
+class TimeSettings:
+    """A store in time: its type and, for a window store, window size, retention and segments.
+
+    Build with :meth:`timestamped_key_value` or :meth:`window`; they check the
+    settings together (a window store needs ``retention_ms >= window_size_ms``
+    and a segment interval of at least 1 ms).
+    """
+
+    store_type: StoreType = attrs.field(validator=_store_type)
+    window_size_ms: int = attrs.field(default=0, validator=_non_negative)
+    """Window stores: the size of every window (informative to the store; Kafka's ``windowSize``)."""
+    retention_ms: int = attrs.field(default=0, validator=_non_negative)
+    """Window stores: a window is dropped once ``start <= stream time - retention_ms``."""
+    segment_interval_ms: int = attrs.field(default=0, validator=_non_negative)
+    """Window stores: the time span of one RocksDB segment (dropped whole when expired)."""
+    retain_duplicates: bool = attrs.field(
+        default=False, validator=attrs.validators.instance_of(bool)
+    )
+    """Window stores: keep every put of a key and window (a seqnum each), as Kafka's joins do."""
+
+    @classmethod
+    def timestamped_key_value(cls) -> TimeSettings:
+        """A timestamped key-value store."""
+        return cls(store_type="timestamped-key-value")
+
+    @classmethod
+    def window(
+        cls,
+        *,
+        window_size_ms: int,
+        retention_ms: int,
+        segment_interval_ms: int | None = None,
+        retain_duplicates: bool = False,
+    ) -> TimeSettings:
+        """A window store's settings (Kafka Streams' ``persistentWindowStore`` arguments)."""
+        for name, value in (("window_size_ms", window_size_ms), ("retention_ms", retention_ms)):
+            _check_positive(name, value)
+        if retention_ms < window_size_ms:
+            raise InvalidStoreConfigError(
+                "retention_ms", retention_ms, f"must be >= window_size_ms ({window_size_ms})"
+            )
+        if segment_interval_ms is None:
+            segment_interval_ms = max(retention_ms // 2, MIN_SEGMENT_INTERVAL_MS)
+        _check_positive("segment_interval_ms", segment_interval_ms)
+        return cls(
+            store_type="window",
+            window_size_ms=window_size_ms,
+            retention_ms=retention_ms,
+            segment_interval_ms=segment_interval_ms,
+            retain_duplicates=retain_duplicates,
+        )
+
+    @property
+    def timestamped(self) -> bool:
+        """Whether RocksDB values are ``timestamp | value`` (the change-logging layer's format)."""
+        return True
+
+    @property
+    def segmented(self) -> bool:
+        """Whether RocksDB is segmented by time (:class:`~statestore.stores.time.segments.SegmentedEngine`)."""
+        return self.store_type == "window"
+
+    def changelog_config(self, base: LogConfig) -> LogConfig:
+        """``base`` as this store's changelog needs it (window: ``compact,delete`` + retention)."""
+        if self.store_type != "window":
+            return base
+        return attrs.evolve(
+            base,
+            cleanup_policy="compact,delete",
+            retention_ms=self.retention_ms + ADDITIONAL_RETENTION_MS,
+        )
+
+    def to_doc(self) -> dict[str, Any]:
+        """The JSON object the store's metadata file records."""
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_doc(cls, doc: object) -> TimeSettings:
+        """The settings recorded by :meth:`to_doc`; ``ValueError`` if ``doc`` is not such an object."""
+        if not isinstance(doc, dict) or set(doc) != {a.name for a in attrs.fields(cls)}:
+            raise ValueError(f"not a time settings object: {doc!r:.120}")
+        try:
+            return cls(**doc)
+        except InvalidStoreConfigError as exc:
+            raise ValueError(str(exc)) from exc
+
+
+def _check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidStoreConfigError(name, value, "must be an integer >= 1")

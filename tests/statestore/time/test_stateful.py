@@ -1,0 +1,273 @@
+"""Hypothesis state machines over the stores in time against plain models, time moving forward.
+
+Steps: puts (window starts both late and ahead of the stream time), deletes,
+commit, abort, compact (roll + forced cleaning passes), reopen (clean
+shutdown), crash (no shutdown), and for incremental restores a crash where
+RocksDB falls back to its last flush (its stream time with it).  After every
+step the store equals the model's committed state plus the pending writes,
+with expired windows hidden; after every reopen, the committed state.
+
+Tombstones are kept by the cleaner here (``delete_retention_ms`` of a day on a
+clock that stands still): removing the tombstone of the newest window can make
+a full restore compute an older stream time (docs/time.md, "Limits"), which the
+window model does not describe.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from changelog.cleaner.clean import clean_log
+from changelog.config import LogConfig
+from statestore.config import RestoreMode, StoreConfig
+from statestore.manager import StateManager
+from statestore.serdes import LongSerde
+from statestore.stores.time.timestamped import ValueAndTimestamp
+from tests.statestore.helpers import NO_CLEANER, engine_of
+
+MODES = st.sampled_from(["full", "incremental"])
+LOG = LogConfig(segment_bytes=400, index_interval_bytes=64)
+NOW = 10**9
+RETENTION = 100
+SEGMENT = 40
+SIZE = 10
+
+
+class _Restarts(RuleBasedStateMachine):
+    """Open/close/crash/compact shared by both machines; subclasses open their store."""
+
+    name = "s"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="statestore-time-"))
+        self.state_dir = self.root / "state"
+        self.snapshot: Path | None = None
+        self._open("full")
+
+    def _open_store(self, config: StoreConfig) -> Any:
+        raise NotImplementedError
+
+    def _check_committed(self) -> None:
+        raise NotImplementedError
+
+    def _open(self, mode: RestoreMode) -> None:
+        self.manager = StateManager(self.state_dir, lambda: NOW, config=NO_CLEANER, log_config=LOG)
+        self.store = self._open_store(StoreConfig(restore_mode=mode, flush_interval_records=10**9))
+        self.pending: dict[Any, Any] = {}
+        self._check_committed()
+        self.snapshot = None
+        if mode == "incremental":
+            self.snapshot = self.root / f"snapshot-{id(self.store)}"
+            engine_of(self.store.inner).checkpoint(self.snapshot)
+
+    def teardown(self) -> None:
+        self.manager.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @rule()
+    def compact(self) -> None:
+        (log,) = self.store.changelogs
+        log.roll()
+        clean_log(log, force=True)
+        clean_log(log, force=True)
+
+    @rule(mode=MODES)
+    def reopen(self, mode: RestoreMode) -> None:
+        self.manager.close()
+        self._open(mode)
+
+    @rule(mode=MODES)
+    def crash(self, mode: RestoreMode) -> None:
+        self.manager.crash()
+        self._open(mode)
+
+    @precondition(lambda self: self.snapshot is not None)
+    @rule()
+    def crash_losing_unflushed_rocksdb_writes(self) -> None:
+        assert self.snapshot is not None
+        snapshot = self.snapshot
+        self.manager.crash()
+        rocksdb = self.state_dir / f"{self.name}-rocksdb-0"
+        shutil.rmtree(rocksdb)
+        shutil.copytree(snapshot, rocksdb)
+        self._open("incremental")
+
+
+class TimestampedMachine(_Restarts):
+    """A timestamped key-value store against ``{key: (value, timestamp)}``."""
+
+    name = "ts"
+
+    def __init__(self) -> None:
+        self.committed: dict[str, tuple[int, int]] = {}
+        super().__init__()
+
+    def _open_store(self, config: StoreConfig) -> Any:
+        return self.manager.timestamped_store(self.name, value_serde=LongSerde(), config=config)
+
+    def _expected(self) -> dict[str, tuple[int, int]]:
+        view = dict(self.committed)
+        for key, entry in self.pending.items():
+            if entry is None:
+                view.pop(key, None)
+            else:
+                view[key] = entry
+        return view
+
+    def _check_committed(self) -> None:
+        assert self._actual() == self.committed
+
+    def _actual(self) -> dict[str, tuple[int, int]]:
+        return {key: (vt.value, vt.timestamp_ms) for key, vt in self.store.items()}
+
+    @rule(
+        key=st.sampled_from(["a", "b", "c"]),
+        value=st.integers(-(2**63), 2**63 - 1),
+        stamp=st.integers(0, 2**45),
+    )
+    def put(self, key: str, value: int, stamp: int) -> None:
+        self.store.put(key, value, timestamp_ms=stamp)
+        self.pending[key] = (value, stamp)
+
+    @rule(key=st.sampled_from(["a", "b", "c"]))
+    def delete(self, key: str) -> None:
+        old = self.store.delete(key)
+        expected = self._expected().get(key)
+        assert old == (None if expected is None else ValueAndTimestamp(*expected))
+        self.pending[key] = None
+
+    @rule()
+    def commit(self) -> None:
+        self.store.commit()
+        self.committed = self._expected()
+        self.pending = {}
+
+    @rule()
+    def abort(self) -> None:
+        self.store.abort()
+        self.pending = {}
+
+    @invariant()
+    def matches_model(self) -> None:
+        assert self._actual() == self._expected()
+        for key in ("a", "b", "c"):
+            entry = self._expected().get(key)
+            found = self.store.get_with_timestamp(key)
+            assert found == (None if entry is None else ValueAndTimestamp(*entry))
+
+
+WKEYS = st.sampled_from(["a", "ab", "b", ""])
+
+
+class WindowMachine(_Restarts):
+    """A window store against ``{(key, start): (value, timestamp)}`` plus the stream time."""
+
+    name = "win"
+
+    def __init__(self) -> None:
+        self.committed: dict[tuple[str, int], tuple[int, int]] = {}
+        self.committed_stream_time = -1
+        super().__init__()
+
+    def _open_store(self, config: StoreConfig) -> Any:
+        return self.manager.window_store(
+            self.name,
+            window_size_ms=SIZE,
+            retention_ms=RETENTION,
+            segment_interval_ms=SEGMENT,
+            value_serde=LongSerde(),
+            config=config,
+        )
+
+    def _stream_time(self) -> int:
+        starts = [start for _key, start in self.pending]
+        return max([self.committed_stream_time, *starts])
+
+    def _merged(self) -> dict[tuple[str, int], tuple[int, int]]:
+        view = dict(self.committed)
+        for window, entry in self.pending.items():
+            if entry is None:
+                view.pop(window, None)
+            else:
+                view[window] = entry
+        return view
+
+    def _visible(self) -> dict[tuple[str, int], tuple[int, int]]:
+        horizon = self._stream_time() - RETENTION
+        return {w: e for w, e in self._merged().items() if w[1] > horizon}
+
+    def _actual(self) -> dict[tuple[str, int], tuple[int, int]]:
+        return {
+            (windowed.key, windowed.start_ms): (value, 0) for windowed, value in self.store.all()
+        }
+
+    def _check_committed(self) -> None:
+        assert self.store.stream_time_ms == self.committed_stream_time
+        assert self._actual() == {w: (e[0], 0) for w, e in self._visible().items()}
+
+    @rule(key=WKEYS, value=st.integers(0, 1000), ahead=st.integers(-150, 60))
+    def put(self, key: str, value: int, ahead: int) -> None:
+        start = max(0, self._stream_time() + ahead)
+        self.store.put(key, value, start, timestamp_ms=start + 1)
+        if start > max(self._stream_time(), start) - RETENTION:
+            self.pending[(key, start)] = (value, start + 1)
+
+    @rule(key=WKEYS, ahead=st.integers(-150, 10))
+    def delete(self, key: str, ahead: int) -> None:
+        start = max(0, self._stream_time() + ahead)
+        self.store.put(key, None, start)
+        if start > self._stream_time() - RETENTION:
+            self.pending[(key, start)] = None
+
+    @rule()
+    def commit(self) -> None:
+        self.store.commit()
+        self.committed_stream_time = self._stream_time()
+        self.committed = self._merged()
+        self.pending = {}
+
+    @rule()
+    def abort(self) -> None:
+        self.store.abort()
+        self.pending = {}
+
+    @invariant()
+    def matches_model(self) -> None:
+        visible = self._visible()
+        assert self.store.stream_time_ms == self._stream_time()
+        ordered = sorted(visible, key=lambda w: w[0].encode() + w[1].to_bytes(8, "big"))
+        assert [(w.key, w.start_ms) for w, _ in self.store.all()] == ordered
+        assert [(w.key, w.start_ms) for w, _ in self.store.backward_all()] == ordered[::-1]
+        now = self._stream_time()
+        for key in ("a", "ab", ""):
+            expected = sorted((s, e[0]) for (k, s), e in visible.items() if k == key)
+            assert list(self.store.fetch(key, 0, 2**62)) == expected
+            low, high = max(0, now - 60), max(0, now)
+            assert list(self.store.fetch(key, low, high)) == [
+                (s, v) for s, v in expected if low <= s <= high
+            ]
+        first = sorted(visible, key=lambda w: w[1])[:1]
+        for key, start in first:
+            found = self.store.fetch_window_with_timestamp(key, start)
+            assert found == ValueAndTimestamp(*visible[(key, start)])
+        in_range = sorted(
+            (w for w in visible if "a" <= w[0] <= "ab"),
+            key=lambda w: w[0].encode() + w[1].to_bytes(8, "big"),
+        )
+        assert [(w.key, w.start_ms) for w, _ in self.store.fetch_range("a", "ab", 0, 2**62)] == (
+            in_range
+        )
+
+
+TestTimestamped = TimestampedMachine.TestCase
+TestTimestamped.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestWindow = WindowMachine.TestCase
+TestWindow.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
