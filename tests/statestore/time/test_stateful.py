@@ -50,6 +50,7 @@ class _Restarts(RuleBasedStateMachine):
         self.root = Path(tempfile.mkdtemp(prefix="statestore-time-"))
         self.state_dir = self.root / "state"
         self.snapshot: Path | None = None
+        self.snapshots = 0
         self._open("full")
 
     def _open_store(self, config: StoreConfig) -> Any:
@@ -65,7 +66,8 @@ class _Restarts(RuleBasedStateMachine):
         self._check_committed()
         self.snapshot = None
         if mode == "incremental":
-            self.snapshot = self.root / f"snapshot-{id(self.store)}"
+            self.snapshots += 1
+            self.snapshot = self.root / f"snapshot-{self.snapshots}"
             engine_of(self.store.inner).checkpoint(self.snapshot)
 
     def teardown(self) -> None:
@@ -268,6 +270,6 @@ class WindowMachine(_Restarts):
 
 
 TestTimestamped = TimestampedMachine.TestCase
-TestTimestamped.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestTimestamped.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
 TestWindow = WindowMachine.TestCase
-TestWindow.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestWindow.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
