@@ -48,6 +48,8 @@ from statestore.errors import (
     StoreEngineError,
     UnsupportedStoreOperationError,
 )
+from statestore.metrics.metered import PartitionMetrics
+from statestore.metrics.registry import MetricsRegistry
 from statestore.serdes import MsgpackSerde, Serde, StringSerde
 from statestore.stores.builder import wrap_partitions
 from statestore.stores.engine import RocksDBEngine
@@ -246,11 +248,22 @@ class TaskStore(Generic[K, V]):
         key_serde: Serde[K],
         value_serde: Serde[V],
         max_record_bytes: int = PRODUCER_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES,
+        metrics: MetricsRegistry | None = None,
     ) -> None:
-        """Build the stack over ``engine`` (restored from the topic; owned from here on)."""
+        """Build the stack over ``engine`` (restored from the topic; owned from here on).
+
+        With ``metrics`` the partition gets the local mode's metered layer and
+        partition metrics (operation counters at ``DEBUG``, commits counted at
+        :meth:`apply`, the RocksDB gauges; no changelog gauges: the log is the
+        broker's).
+        """
         self._part = TopicChangeLoggingStore(store=name, partition=partition, engine=engine)
+        meter = None
+        if metrics is not None:
+            meter = PartitionMetrics(metrics, store=name, partition=partition)
+            meter.attach_engine(engine)
         self._store: KeyValueStore[K, V] = wrap_partitions(
-            [(self._part, None)],
+            [(self._part, meter)],
             name=name,
             key_serde=key_serde,
             value_serde=value_serde,

@@ -321,7 +321,10 @@ class MeteredParticipant:
     A one-partition commit (:meth:`write`) is timed from start to end; a
     transaction's part is timed from its transactional append to its apply
     (the decision and the other partitions' work in between included).  A
-    commit that wrote records counts once in ``commit-total``.
+    commit that wrote records counts once in ``commit-total``.  In distributed
+    mode only :meth:`apply` runs here (the produce and the broker's commit are
+    the runtime's): the commit is counted, and ``commit-latency`` times the
+    RocksDB write alone.
     Thread-safety: as the wrapped participant (the coordinator holds its lock).
     """
 
@@ -329,7 +332,8 @@ class MeteredParticipant:
         """Count the commits of ``inner`` into ``metrics``."""
         self._inner = inner
         self._metrics = metrics
-        self._started = 0.0
+        self._started: float | None = None
+        """When this partition's transactional append (T1) ran; ``None`` outside a transaction."""
 
     @property
     def store(self) -> str:
@@ -411,6 +415,8 @@ class MeteredParticipant:
     def apply(
         self, records: Records, applied_offset: int, *, meta: Mapping[bytes, bytes] | None = None
     ) -> None:
-        """T5, then the commit is counted."""
+        """T5, then the commit is counted (timed from T1, or from here when there was none)."""
+        started = time.perf_counter() if self._started is None else self._started
+        self._started = None
         self._inner.apply(records, applied_offset, meta=meta)
-        self._count(len(records), self._started)
+        self._count(len(records), started)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from changelog import LogConfig
@@ -29,6 +30,8 @@ from statestore.errors import (
     UnsupportedStoreOperationError,
 )
 from statestore.kafka import TaskStore
+from statestore.metrics.registry import MetricsRegistry
+from statestore.metrics.snapshot import nest_samples
 from statestore.serdes import MsgpackSerde, StringSerde
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.spec import RECORD_OVERHEAD_BYTES
@@ -227,3 +230,45 @@ def test_the_runtime_applies_exactly_what_it_produced(tmp_path: Path) -> None:
         assert task.store.get("a") == 1 and task.engine.applied_offset() == 3
     finally:
         task.close()
+
+
+def test_both_modes_count_the_same_operations_and_commits(tmp_path: Path) -> None:
+    """The metered layer is the same in both modes: at ``DEBUG`` the same script counts the same
+    puts, gets and deletes, and each commit that wrote records counts once."""
+    debug = attrs.evolve(NO_CLEANER, metrics_recording_level="DEBUG")
+    wanted = ("put-total", "get-total", "delete-total", "commit-total", "records-committed-total")
+    with StateManager(tmp_path / "local", config=debug) as manager:
+        store = manager.store(
+            "s",
+            key_serde=StringSerde(),
+            value_serde=_Picky(),
+            log_config=LogConfig(max_message_bytes=MAX_MESSAGE_BYTES),
+        )
+        _script(store, store.commit)  # type: ignore[arg-type]
+        (local,) = manager.metrics()["stores"]["s"].values()
+    registry = MetricsRegistry(level="DEBUG")
+    engine = RocksDBEngine.open(tmp_path / "s-0", config=RocksDBConfig(), cache=None)
+    task: TaskStore[Any, Any] = TaskStore(
+        name="s",
+        partition=0,
+        engine=engine,
+        key_serde=StringSerde(),
+        value_serde=_Picky(),
+        max_record_bytes=MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES,
+        metrics=registry,
+    )
+    offset = 0
+
+    def commit() -> None:
+        nonlocal offset
+        offset += len(task.pending) + 1
+        task.apply(offset, {})
+
+    try:
+        _script(task.store, commit)
+        (distributed,) = nest_samples(registry.samples())["stores"]["s"].values()
+    finally:
+        task.close()
+    assert {name: distributed[name] for name in wanted} == {name: local[name] for name in wanted}
+    assert local["commit-total"] == 3 and local["put-total"] > 0 and local["get-total"] > 0
+    assert distributed["applied-offset"] == offset
