@@ -7,14 +7,15 @@ metrics are on, and leaves it out when they are off.  It also registers the
 partition's gauges (the changelog's offsets, segments, size and dirty ratio,
 RocksDB's applied offset and key estimate) and records the restore.
 
-Cost on the hot path (measured by ``benchmarks/metrics_bench.py``): at the
-``INFO`` recording level (the default) none on a put or a get: the layer
-hands the write buffer's own ``put`` and ``get`` up, and a commit adds two
-clock reads and two histogram observations per batch.  At ``DEBUG`` (as in
-Kafka Streams, where every state-store operation metric is ``DEBUG``) a put
-and a get each take one extra Python call and an attribute add (measured
-~0.3 us per put under load, about a tenth of a put; issue 18), and a get
-two clock reads more for ``get-latency``.
+Cost on the hot path (``benchmarks/metrics_bench.py`` measures it;
+docs/performance.md has the figures): at the ``INFO`` recording level (the
+default) none on a put or a get: the layer passes put and get straight
+through (the builder grants the typed store the write buffer's fast path
+past it), and a commit adds two clock reads and two histogram observations
+per batch.  At ``DEBUG`` (as in Kafka Streams, where every state-store
+operation metric is ``DEBUG``) a put and a get each take one extra Python
+call and an attribute add, and a get two clock reads more for
+``get-latency``.
 
 What is counted where: ``get-total`` counts every read by key, including
 the one ``delete()`` and ``put_if_absent()`` make first; ``put-total`` and

@@ -256,8 +256,8 @@ class WriteBuffer:
     def take(self) -> dict[bytes, bytes | None]:
         """A snapshot of the pending writes; they stay buffered (and readable) until :meth:`forget`.
 
-        A copy of the dict (one C call: atomic under the GIL): no tuple per record
-        (``list(items())`` cost ~40 ns a record more, issue 14 part 7).
+        A copy of the dict (one C call: atomic under the GIL), no tuple per
+        record (docs/performance.md, "Measurements behind the store layers").
         """
         return self._pending.copy()
 
@@ -319,8 +319,7 @@ class WriteBuffer:
         The append's fsync releases the GIL, so another thread may buffer
         writes while it runs (the manager commits every store; a store's own
         thread keeps writing).  Clearing the whole dict would drop those
-        writes unacknowledged (issue 14 measured 124-164 of 2,400 lost with
-        16 threads).  Each committed key is popped and, if what was popped is
+        writes unacknowledged.  Each committed key is popped and, if what was popped is
         not the committed value, put back with ``setdefault`` (which keeps a
         write made in between): a write is never lost; for the few bytecodes
         between the two calls a reader may see the committed value instead.  The

@@ -33,17 +33,9 @@ Commit protocol (one partition; the changelog is the source of truth), run by
    it persists is ever used: step 3 is skipped and RocksDB flushes its
    memtables only when they are full (and at close).
 
-Steps 1 and 2 run one after the other on the caller's thread.  (Until issue
-8 step 1 ran on a helper thread so that its fsync overlapped step 2; on this
-2-core machine that measured 5-10% *slower* per commit, median of 200
-interleaved commits each way, so it was removed.  Issue 18's third session
-tried the narrower overlap, only step 2's RocksDB write on a helper thread
-while the caller waits in the fsync, handed over with two lock operations and
-with the applied offset written after the fsync: 12% slower per commit at
-load 3 and neutral at load 1.4, medians of 300 interleaved commits each way,
-and 5-7% more CPU; reverted.  The fsync of a 1,000-record batch takes about a
-quarter of the RocksDB write here, and on two busy cores the helper thread
-competes with the kernel's journal thread that the fsync waits for.)
+Steps 1 and 2 run one after the other on the caller's thread (overlapping
+them on a helper thread was measured slower: docs/performance.md,
+"Measurements behind the store layers").
 
 Recovery, matching the steps: a crash before 1 completes leaves the batch out
 of the changelog (the loader truncates a torn tail): the commit never happened.

@@ -148,10 +148,10 @@ def _after(last: bytes | None) -> str:
 class _EngineErrors:
     """``with _EngineErrors(path, operation):`` maps any rocksdict error to :class:`StoreEngineError`.
 
-    The one home of that mapping (it was 13 copies of the same ``try``/``except``).
-    A :class:`StoreEngineError` raised inside passes through unchanged.  A
-    small class rather than ``contextlib.contextmanager``: ~4x cheaper per
-    ``with`` (no generator), which matters on the per-commit write path.
+    The one home of that mapping.  A :class:`StoreEngineError` raised inside
+    passes through unchanged.  A small class rather than
+    ``contextlib.contextmanager`` (no generator per ``with``): it is on the
+    per-commit write path.
 
     Thread-safety: immutable after construction; one instance per ``with``.
     """
@@ -243,7 +243,7 @@ class RocksDBEngine:
         For a caller that keeps it in its own frame and maps any exception with
         :meth:`read_error` (:meth:`WriteBuffer.get
         <statestore.stores.buffer.WriteBuffer.get>` does): one Python frame less
-        per get than :meth:`get` (measured 2-4% of a get, issue 18).  Once the
+        per get than :meth:`get`.  Once the
         engine is closed it raises rocksdict's ``DbClosedError``, which
         :meth:`read_error` turns into :class:`InvalidStateStoreError`.
         """
@@ -330,7 +330,7 @@ class RocksDBEngine:
     def view(self) -> EngineView:
         """A point-in-time view of the data: lookups as of this call, whatever is written after.
 
-        Cheap to open (one RocksDB iterator, ~1 us); it pins the memtables and
+        Cheap to open (one RocksDB iterator); it pins the memtables and
         files it reads until dropped, so drop it when done.
         """
         self._check_open("view")
@@ -376,12 +376,8 @@ class RocksDBEngine:
         key order, a repeated key's writes in their own order (a stable sort),
         so the result is the same as in list order.  RocksDB's memtable (a skip
         list) takes keys in order far faster: each insert starts its search
-        where the last one ended and finds those nodes in the CPU's cache.
-        Measured on 1,000 random keys a batch into 16 MiB memtables, 400 batches
-        interleaved with a raw database of the same options (issue 14 part 7):
-        this write went from 0.97x to 1.03x of a raw fill + ``db.write`` in list
-        order, the sort (``qsort`` on the key bytes) included; sorting in Python
-        instead costs more than it saves (~390 ns a record).
+        where the last one ended and finds those nodes in the CPU's cache
+        (docs/performance.md, "Measurements behind the store layers").
         """
         self._check_open("write")
         batch = rocksdict.WriteBatch(raw_mode=True)
@@ -424,12 +420,9 @@ class RocksDBEngine:
         For the end of a full restore.  The restore's memtable flushes leave
         up to ``LEVEL0_COMPACTION_TRIGGER - 1`` files in level 0, and until
         RocksDB compacts them (after more writes) every get probes each of them
-        before the last level.  Measured at 1M keys (issue 18,
-        ``scripts/get_ratio.py``): a restored store with 2 level-0 files read
-        at 0.91x of a raw database with none, 0.97x once they were compacted.
-        Lowering ``level0_file_num_compaction_trigger`` to 1 makes RocksDB
-        schedule that compaction at once; nothing waits for it (0.75 s of one
-        background thread for 1M keys here).  The first write after it has
+        before the last level (docs/performance.md, "Measurements behind the
+        store layers").  Lowering ``level0_file_num_compaction_trigger`` to 1 makes RocksDB
+        schedule that compaction at once; nothing waits for it.  The first write after it has
         finished (level 0 is empty) puts the trigger back to
         :data:`LEVEL0_COMPACTION_TRIGGER` (until then a flush is compacted at once too).  A close meanwhile
         cancels it as RocksDB cancels any background compaction.
@@ -476,14 +469,13 @@ class RocksDBEngine:
         ``(key, value)`` compares with the one-element tuple ``(hi,)`` by
         ``key`` first, and when ``key == hi`` the longer tuple is the greater,
         so ``(hi,) > entry`` holds exactly when ``key < hi`` and
-        ``(lo,) <= entry`` exactly when ``key >= lo``.  (A ``lambda`` per entry
-        cost ~80 ns, a tenth of a 100-key scan's time per entry; issue 18.)
+        ``(lo,) <= entry`` exactly when ``key >= lo`` (no ``lambda`` per entry).
 
         **A scan that RocksDB cuts short raises.** rocksdict's iterators end
         on an invalid RocksDB iterator and never look at its status, so a
         corrupted block or an I/O error mid-scan looks like the end of the
-        range (0.3.29; measured: a checksum mismatch in an SST block ended a
-        20,000-key scan after 6,696 keys without an error).  Once the scan's
+        range (rocksdict 0.3.29; docs/performance.md, "Measurements behind
+        the store layers").  Once the scan's
         entries are exhausted it is checked once (:meth:`_check_scan_end`,
         from :meth:`_scan`); a cut raises :class:`StoreEngineError`
         (operation ``iterate``) naming the store partition, the directory and

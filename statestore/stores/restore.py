@@ -322,20 +322,13 @@ def replay(
     ``(key, value)`` pairs (:func:`changelog.record.batch.key_value_pairs`) and
     :meth:`RocksDBEngine.write <statestore.stores.engine.RocksDBEngine.write>`
     fills the ``WriteBatch`` with them in key order, a repeated key's writes in
-    log order (RocksDB's memtable takes sorted keys faster: measured below).
+    log order (RocksDB's memtable takes sorted keys faster).
     A WriteBatch closes after the log batch that brings it to
     ``batch_records`` records or more, carrying the applied offset at that
     batch's end.  The last WriteBatch sets the applied offset to ``end_offset``
     even when no record is left there (a compacted or empty tail), and the
     engine is flushed at the end.  ``path`` names the partition in errors; a batch
     whose records do not decode is named by its ``.log`` file and position.
-
-    Measured (issue 18, ``scripts/restore_ratio.py 1000000``, 1M random keys,
-    WriteBatches of 10,000): handing the records over in key order instead of
-    log order took the full restore from 0.79-0.83x (4 runs of 2 repetitions) to
-    0.87-0.93x (median 0.90x of 4 repetitions, load 0.8-0.9) of the raw floor
-    (``WriteBatch`` load + flush, same options, in log order); peak RSS growth
-    46.8 MiB against raw's 43.0 (``restore_ratio.py rss 1000000 1``).
     """
     label = f"[{store}-{partition}]"
     listen = listener if listener is not None else _NullListener()
