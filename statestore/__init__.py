@@ -43,6 +43,7 @@ from statestore.serdes import (
 from statestore.stores.lifecycle import StoreState
 from statestore.stores.reader import StoreReader
 from statestore.stores.restore import RestoreProgress, RestoreResult, StateRestoreListener
+from statestore.stores.time.session import SessionStore
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore, ValueAndTimestamp
 from statestore.stores.time.window import Windowed, WindowStore
@@ -73,6 +74,7 @@ __all__ = [
     "Serde",
     "SerdeDefinitionError",
     "SerializationError",
+    "SessionStore",
     "StateDirLockedError",
     "StateManager",
     "StateManagerConfig",

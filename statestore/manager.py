@@ -108,6 +108,7 @@ from statestore.stores.metadata import read_metadata, reconcile, serde_identity,
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener
 from statestore.stores.spec import StoreSpec
 from statestore.stores.time.base import TimeStoreBase
+from statestore.stores.time.session import SessionStore
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore
 from statestore.stores.time.top import wrap_time_store
@@ -425,6 +426,46 @@ class StateManager:
             progress=progress,
         )
         assert isinstance(top, WindowStore)  # the type follows the settings
+        return top
+
+    def session_store(
+        self,
+        name: str,
+        *,
+        retention_ms: int,
+        segment_interval_ms: int | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        key_type: type[Any] | None = None,
+        value_type: type[Any] | None = None,
+        log_config: LogConfig | None = None,
+        rocksdb: RocksDBConfig | None = None,
+        config: StoreConfig | None = None,
+        restore_listener: StateRestoreListener | None = None,
+        progress: ProgressHook | None = None,
+    ) -> SessionStore[Any, Any]:
+        """The session store ``name`` (Kafka Streams' ``SessionStore``; docs/time.md), opened and restored.
+
+        ``retention_ms`` and ``segment_interval_ms`` (default ``max(retention_ms /
+        2, 60 s)``) are Kafka Streams' ``persistentSessionStore`` arguments,
+        recorded in the store's metadata; the changelog defaults as for
+        :meth:`window_store`.  One partition.
+        """
+        top = self._open_time_store(
+            name,
+            TimeSettings.session(
+                retention_ms=retention_ms, segment_interval_ms=segment_interval_ms
+            ),
+            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
+            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
+            partitions=1,
+            log_config=log_config,
+            rocksdb=rocksdb,
+            config=config,
+            restore_listener=restore_listener,
+            progress=progress,
+        )
+        assert isinstance(top, SessionStore)  # the type follows the settings
         return top
 
     def _open_time_store(

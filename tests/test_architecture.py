@@ -66,6 +66,7 @@ LAYERS: dict[str, int] = {
     "statestore.stores.time.base": 17,
     "statestore.stores.time.timestamped": 17,
     "statestore.stores.time.window": 17,
+    "statestore.stores.time.session": 17,
     "statestore.stores.time.top": 17,
     "statestore.manager": 18,
     "statestore.migrate": 18,

@@ -1,12 +1,15 @@
-"""Stores in time: timestamped key-value and window stores over the one store stack.
+"""Stores in time: timestamped key-value, window and session stores over the one store stack.
 
 ::
 
-    layout          byte layouts (timestamped value, windowed key, segmented RocksDB key)
+    layout          byte layouts (timestamped value, windowed and session keys, segmented RocksDB key)
     settings        TimeSettings: which store type, window size, retention, segments
     segments        SegmentedEngine: RocksDB segmented by time (the engine layer)
+    base            TimeStoreBase: what the top layers share (lifecycle, commits, serdes)
     timestamped     TimestampedKeyValueStore: put with a timestamp, get_with_timestamp
     window          WindowStore: Kafka Streams' WindowStore
+    session         SessionStore: Kafka Streams' SessionStore, session merging
+    top             wrap_time_store: the top layer for a TimeSettings
 
 The lower layers carry two narrow capabilities for these stores, chosen by the
 builder from :class:`~statestore.stores.time.settings.TimeSettings`: the

@@ -27,15 +27,29 @@ n       8        int64    window start  milliseconds
 n+8     4        int32    seqnum        0 unless duplicates are retained
 ======  =======  =======  ============  =========================================
 
-Segmented RocksDB key (:mod:`statestore.stores.time.segments`; not in the
-changelog):
+Session key (the changelog key of a session store; Kafka Streams'
+``SessionKeySchema.toBinary``):
 
 ======  =======  =======  ============  =========================================
 offset  size     type     field         notes
 ======  =======  =======  ============  =========================================
-0       8        uint64   segment id    window start // segment interval
-8       n+12     bytes    windowed key  as above
+0       n        bytes    key           the serialized key
+n       8        int64    end           the session's last record time, ms
+n+8     8        int64    start         the session's first record time, ms
 ======  =======  =======  ============  =========================================
+
+Segmented RocksDB key (:mod:`statestore.stores.time.segments`; not in the
+changelog):
+
+======  =======  =======  ==============  =======================================
+offset  size     type     field           notes
+======  =======  =======  ==============  =======================================
+0       8        uint64   segment id      segment time // segment interval
+8       n+s      bytes    changelog key   windowed (s = 12) or session (s = 16) key
+======  =======  =======  ==============  =======================================
+
+The segment time is the first 8 bytes of the suffix: a window's start, a
+session's end.
 
 Keys of one segment sort together, and inside a segment by windowed key (key
 bytes, then window start, then seqnum), so an expired segment is one RocksDB
@@ -54,14 +68,19 @@ __all__ = [
     "SEGMENT_ID",
     "SEGMENT_PREFIX_BYTES",
     "SEQNUM",
+    "SESSION_SUFFIX",
+    "SESSION_SUFFIX_BYTES",
     "TIMESTAMP",
     "TIMESTAMP_BYTES",
     "WINDOW_SUFFIX",
     "WINDOW_SUFFIX_BYTES",
     "changelog_records",
     "join_timestamp",
+    "key_range_upper_bound",
     "restored_pairs",
     "segment_prefix",
+    "session_key",
+    "split_session_key",
     "split_timestamp",
     "split_windowed_key",
     "windowed_key",
@@ -79,6 +98,13 @@ WINDOW_SUFFIX: Final = struct.Struct(
 )
 """What follows the key bytes in a windowed key."""
 WINDOW_SUFFIX_BYTES: Final = WINDOW_SUFFIX.size
+SESSION_SUFFIX: Final = struct.Struct(
+    ">"
+    "q"  # end, ms
+    "q"  # start, ms
+)
+"""What follows the key bytes in a session key."""
+SESSION_SUFFIX_BYTES: Final = SESSION_SUFFIX.size
 SEGMENT_ID: Final = struct.Struct(">Q")
 """A segment id (uint64 BE): the prefix of a segmented RocksDB key."""
 SEGMENT_PREFIX_BYTES: Final = SEGMENT_ID.size
@@ -103,6 +129,17 @@ def split_windowed_key(data: bytes) -> tuple[bytes, int, int]:
     """``(key, window start, seqnum)`` of a windowed key (at least 12 bytes)."""
     start, seqnum = WINDOW_SUFFIX.unpack_from(data, len(data) - WINDOW_SUFFIX_BYTES)
     return data[:-WINDOW_SUFFIX_BYTES], start, seqnum
+
+
+def session_key(key: bytes, start_ms: int, end_ms: int) -> bytes:
+    """``key | end | start``."""
+    return key + SESSION_SUFFIX.pack(end_ms, start_ms)
+
+
+def split_session_key(data: bytes) -> tuple[bytes, int, int]:
+    """``(key, start, end)`` of a session key (at least 16 bytes)."""
+    end, start = SESSION_SUFFIX.unpack_from(data, len(data) - SESSION_SUFFIX_BYTES)
+    return data[:-SESSION_SUFFIX_BYTES], start, end
 
 
 def segment_prefix(segment_id: int) -> bytes:
@@ -140,3 +177,14 @@ def restored_pairs(
     """Changelog ``(key, timestamp, value)`` as a timestamped store's RocksDB entries (timestamp in front)."""
     pack = TIMESTAMP.pack
     return [(key, None if value is None else pack(stamp) + value) for key, stamp, value in records]
+
+
+def key_range_upper_bound(last: bytes, max_suffix: bytes) -> bytes:
+    """An exclusive bound above every ``key | suffix`` with ``key <= last`` and ``suffix <= max_suffix``.
+
+    A key that is a proper prefix of ``last`` may sort after ``last |
+    max_suffix`` (its suffix is compared with ``last``'s remaining bytes), so
+    the bound is the largest ``prefix | max_suffix`` over every prefix of
+    ``last`` (the empty one too), plus a zero byte.
+    """
+    return max(last[:end] + max_suffix for end in range(len(last) + 1)) + b"\x00"

@@ -1,11 +1,14 @@
-"""RocksDB segmented by time: the engine under a window store (Kafka Streams' segmented bytes store).
+"""RocksDB segmented by time: the engine under window and session stores (Kafka Streams' segmented bytes store).
 
-The layer above hands this engine windowed keys (``key | window start |
-seqnum``, :mod:`statestore.stores.time.layout`), exactly the changelog's keys;
-the engine stores each under ``segment id | windowed key`` in the data column
-family, with ``segment id = window start // segment_interval_ms``.  Reads take
-and return windowed keys: a point get finds the segment from the key, a scan
-runs over every live segment and merges them back into windowed-key order.
+The layer above hands this engine its changelog keys: windowed keys (``key |
+window start | seqnum``) or session keys (``key | end | start``),
+:mod:`statestore.stores.time.layout`.  The *segment time* of a key is the
+first 8 bytes of its fixed suffix (a window's start, a session's end); the
+engine stores each key under ``segment id | key`` in the data column family,
+with ``segment id = segment time // segment_interval_ms``.  Reads take and
+return changelog keys: a point get finds the segment from the key, a scan runs
+over every live segment and merges them back into key order.  Below, "window
+start" reads "session end" for a session store.
 
 Retention, as Kafka Streams' ``AbstractRocksDBSegmentedBytesStore``:
 
@@ -27,7 +30,7 @@ Metadata column family, besides the applied offset: key ``stream-time`` ->
 8-byte big-endian signed int, the observed stream time, written in every
 ``WriteBatch`` with the data that reached it (so an incremental restore reads
 the stream time that matches the data).  :meth:`SegmentedEngine.get` of the
-empty key returns those 8 bytes (no data key is shorter than 12 bytes): the
+empty key returns those 8 bytes (no data key is shorter than its suffix): the
 store above reads the stream time through the layers' ordinary ``get``.
 
 Invariants (besides :class:`~statestore.stores.engine.RocksDBEngine`'s):
@@ -53,12 +56,7 @@ import rocksdict
 from statestore.config import RocksDBConfig
 from statestore.errors import StoreEngineError
 from statestore.stores.engine import RocksDBEngine
-from statestore.stores.time.layout import (
-    SEGMENT_ID,
-    SEGMENT_PREFIX_BYTES,
-    TIMESTAMP,
-    WINDOW_SUFFIX_BYTES,
-)
+from statestore.stores.time.layout import SEGMENT_ID, SEGMENT_PREFIX_BYTES, TIMESTAMP
 from statestore.stores.time.settings import TimeSettings
 
 __all__ = ["STREAM_TIME_KEY", "SegmentedEngine"]
@@ -66,7 +64,6 @@ __all__ = ["STREAM_TIME_KEY", "SegmentedEngine"]
 STREAM_TIME_KEY: Final = b""
 """The key whose :meth:`SegmentedEngine.get` is the observed stream time (8 bytes, int64 BE)."""
 _STREAM_TIME_META: Final = b"stream-time"
-_START_POSITION: Final = -WINDOW_SUFFIX_BYTES
 _KEY: Final = itemgetter(0)
 _NO_STREAM_TIME: Final = -1
 
@@ -90,6 +87,7 @@ class SegmentedEngine(RocksDBEngine):
         super().__init__(path, db, config, label)
         self._interval = settings.segment_interval_ms
         self._retention = settings.retention_ms
+        self._suffix = settings.key_suffix_bytes
         raw = self.meta(_STREAM_TIME_META)
         self._stream_time = _NO_STREAM_TIME if raw is None else int(TIMESTAMP.unpack(raw)[0])
         self._live_from = self._oldest_live(self._stream_time)
@@ -140,19 +138,24 @@ class SegmentedEngine(RocksDBEngine):
         """The ids of the segments that may hold data, ascending."""
         return tuple(sorted(self._segments))
 
-    def _segment_of(self, key: bytes) -> int:
-        if len(key) < WINDOW_SUFFIX_BYTES:
+    def _time_of(self, key: bytes) -> int:
+        """The segment time of changelog ``key`` (a window's start, a session's end)."""
+        if len(key) < self._suffix:
             raise StoreEngineError(
-                self.path, "write", f"key {key!r:.60} is shorter than a windowed key's suffix"
+                self.path,
+                "write",
+                f"key {key!r:.60} is shorter than the {self._suffix}-byte suffix",
             )
-        start = int(TIMESTAMP.unpack_from(key, len(key) + _START_POSITION)[0])
-        return max(0, start) // self._interval
+        return int(TIMESTAMP.unpack_from(key, len(key) - self._suffix)[0])
+
+    def _segment_of(self, key: bytes) -> int:
+        return max(0, self._time_of(key)) // self._interval
 
     # --------------------------------------------------------------- reads
 
     def get(self, key: bytes) -> bytes | None:
         """The value of windowed ``key`` (the empty key: the stream time, 8 bytes)."""
-        if len(key) < WINDOW_SUFFIX_BYTES:
+        if len(key) < self._suffix:
             return TIMESTAMP.pack(self._stream_time) if key == STREAM_TIME_KEY else None
         return super().get(SEGMENT_ID.pack(self._segment_of(key)) + key)
 
@@ -204,8 +207,7 @@ class SegmentedEngine(RocksDBEngine):
         segments = [self._segment_of(key) for key, _ in entries]
         stream_time = self._stream_time
         for key, _ in entries:
-            start = int(TIMESTAMP.unpack_from(key, len(key) + _START_POSITION)[0])
-            stream_time = max(stream_time, start)
+            stream_time = max(stream_time, self._time_of(key))
         live_from = self._oldest_live(stream_time)
         batch = rocksdict.WriteBatch(raw_mode=True)
         written: set[int] = set()

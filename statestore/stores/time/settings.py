@@ -1,5 +1,9 @@
 """Which store in time a store is, and its time settings: :class:`TimeSettings`.
 
+Session stores (:meth:`TimeSettings.session`) follow Kafka Streams'
+``Stores.persistentSessionStore``: the same segment interval default and
+changelog settings as window stores, with the session *end* as the time.
+
 A :class:`~statestore.stores.spec.StoreSpec` with ``time=None`` is a plain
 key-value store.  With :class:`TimeSettings` the builder picks the lower
 layers' capabilities from it (:attr:`TimeSettings.timestamped`: the
@@ -23,6 +27,7 @@ import attrs
 
 from changelog import LogConfig
 from statestore.errors import InvalidStoreConfigError
+from statestore.stores.time.layout import SESSION_SUFFIX_BYTES, WINDOW_SUFFIX_BYTES
 
 __all__ = [
     "ADDITIONAL_RETENTION_MS",
@@ -31,8 +36,8 @@ __all__ = [
     "TimeSettings",
 ]
 
-StoreType = Literal["timestamped-key-value", "window"]
-_STORE_TYPES: Final = ("timestamped-key-value", "window")
+StoreType = Literal["timestamped-key-value", "window", "session"]
+_STORE_TYPES: Final = ("timestamped-key-value", "window", "session")
 
 ADDITIONAL_RETENTION_MS: Final = 24 * 3600 * 1000
 """Kafka Streams' ``windowstore.changelog.additional.retention.ms`` default (one day)."""
@@ -63,9 +68,9 @@ class TimeSettings:
     window_size_ms: int = attrs.field(default=0, validator=_non_negative)
     """Window stores: the size of every window (informative to the store; Kafka's ``windowSize``)."""
     retention_ms: int = attrs.field(default=0, validator=_non_negative)
-    """Window stores: a window is dropped once ``start <= stream time - retention_ms``."""
+    """Window (session) stores: a window is dropped once its start (end) ``<= stream time - retention_ms``."""
     segment_interval_ms: int = attrs.field(default=0, validator=_non_negative)
-    """Window stores: the time span of one RocksDB segment (dropped whole when expired)."""
+    """Window and session stores: the time span of one RocksDB segment (dropped whole when expired)."""
     retain_duplicates: bool = attrs.field(
         default=False, validator=attrs.validators.instance_of(bool)
     )
@@ -103,19 +108,40 @@ class TimeSettings:
             retain_duplicates=retain_duplicates,
         )
 
+    @classmethod
+    def session(cls, *, retention_ms: int, segment_interval_ms: int | None = None) -> TimeSettings:
+        """A session store's settings (Kafka Streams' ``persistentSessionStore`` arguments)."""
+        _check_positive("retention_ms", retention_ms)
+        if segment_interval_ms is None:
+            segment_interval_ms = max(retention_ms // 2, MIN_SEGMENT_INTERVAL_MS)
+        _check_positive("segment_interval_ms", segment_interval_ms)
+        return cls(
+            store_type="session",
+            retention_ms=retention_ms,
+            segment_interval_ms=segment_interval_ms,
+        )
+
     @property
     def timestamped(self) -> bool:
-        """Whether RocksDB values are ``timestamp | value`` (the change-logging layer's format)."""
-        return True
+        """Whether RocksDB values are ``timestamp | value`` (the change-logging layer's format).
+
+        Session stores keep plain values (Kafka Streams' session stores are not timestamped).
+        """
+        return self.store_type != "session"
 
     @property
     def segmented(self) -> bool:
         """Whether RocksDB is segmented by time (:class:`~statestore.stores.time.segments.SegmentedEngine`)."""
-        return self.store_type == "window"
+        return self.store_type in ("window", "session")
+
+    @property
+    def key_suffix_bytes(self) -> int:
+        """The fixed-size suffix after the key bytes of a segmented store's changelog key."""
+        return SESSION_SUFFIX_BYTES if self.store_type == "session" else WINDOW_SUFFIX_BYTES
 
     def changelog_config(self, base: LogConfig) -> LogConfig:
-        """``base`` as this store's changelog needs it (window: ``compact,delete`` + retention)."""
-        if self.store_type != "window":
+        """``base`` as this store's changelog needs it (window, session: ``compact,delete`` + retention)."""
+        if not self.segmented:
             return base
         return attrs.evolve(
             base,

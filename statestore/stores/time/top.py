@@ -10,6 +10,7 @@ from typing import Any
 
 from statestore.serdes import Serde
 from statestore.stores.time.base import TimeStoreBase
+from statestore.stores.time.session import SessionStore
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore
 from statestore.stores.time.window import WindowStore
@@ -27,6 +28,10 @@ def wrap_time_store(
     now_ms: Callable[[], int],
 ) -> TimeStoreBase[Any, Any]:
     """The store type of ``settings`` over ``inner`` (built by the builder for ``settings``)."""
+    if settings.store_type == "session":
+        return SessionStore(
+            inner, settings, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms
+        )
     if settings.store_type == "window":
         return WindowStore(
             inner, settings, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms

@@ -49,6 +49,7 @@ from statestore.stores.time.layout import (
     TIMESTAMP_BYTES,
     WINDOW_SUFFIX_BYTES,
     join_timestamp,
+    key_range_upper_bound,
     split_timestamp,
     split_windowed_key,
     windowed_key,
@@ -268,7 +269,11 @@ class WindowStore(TimeStoreBase[K, V]):
             hi: bytes | None = windowed_key(first, high, _SEQNUM_MAX) + b"\x00"
         else:
             lo = first
-            hi = None if last is None else _upper_bound(last, high)
+            hi = (
+                None
+                if last is None
+                else key_range_upper_bound(last, windowed_key(b"", high, _SEQNUM_MAX))
+            )
         for stored_key, data in self._inner.range(lo, hi, reverse=reverse):
             if len(stored_key) < WINDOW_SUFFIX_BYTES:
                 raise DeserializationError(
@@ -295,15 +300,3 @@ class WindowStore(TimeStoreBase[K, V]):
 
 
 TIMESTAMP_MAX = 2**63 - 1
-
-
-def _upper_bound(last: bytes, time_to_ms: int) -> bytes:
-    """An exclusive bound above every windowed key whose key is ``<= last`` and start ``<= time_to_ms``.
-
-    A windowed key of a key that is a proper prefix of ``last`` may sort
-    after ``last | time_to_ms | max seqnum`` (its suffix is compared with
-    ``last``'s remaining bytes), so the bound is the largest of
-    ``prefix | time_to_ms | max seqnum`` over every prefix of ``last`` (the empty one too).
-    """
-    suffix = windowed_key(b"", time_to_ms, _SEQNUM_MAX)
-    return max(last[:end] + suffix for end in range(len(last) + 1)) + b"\x00"

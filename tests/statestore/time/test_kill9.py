@@ -1,4 +1,4 @@
-"""kill -9 a process committing a key-value, a timestamped and a window store in one transaction.
+"""kill -9 a process committing key-value, timestamped, window and session stores in one transaction.
 
 After every kill the reopened stores hold one whole commit, no earlier than
 the last acknowledged one: none lost, none partially visible (the three
@@ -19,6 +19,7 @@ from statestore.config import StoreConfig
 from statestore.manager import StateManager
 from statestore.serdes import LongSerde
 from statestore.stores.time.timestamped import ValueAndTimestamp
+from statestore.stores.time.window import Windowed
 from tests.statestore.helpers import NO_CLEANER
 
 WRITER = r"""
@@ -41,6 +42,9 @@ win = manager.window_store(
     "win", window_size_ms=10, retention_ms=2_000, segment_interval_ms=100,
     value_serde=LongSerde(), config=config,
 )
+sessions = manager.session_store(
+    "sess", retention_ms=2_000, segment_interval_ms=100, value_serde=LongSerde(), config=config,
+)
 start = kv.get("commit", 0)
 for n in range(start + 1, start + 1_000_000):
     with manager.transaction():
@@ -50,6 +54,10 @@ for n in range(start + 1, start + 1_000_000):
         ts.put(f"t{n % 7}", n, timestamp_ms=n)
         win.put("w", n, n * 10, timestamp_ms=n)
         win.put("x", n, (n // 3) * 30, timestamp_ms=n)
+        sessions.merge(
+            "u", n * 10, inactivity_gap_ms=15 if n % 5 else 5,
+            aggregate=lambda agg: (agg or 0) + 1, merger=lambda a, b: a + b,
+        )
     print(n, flush=True)
 """
 
@@ -68,9 +76,17 @@ def _check(state_dir: Path, mode: str) -> int:
             value_serde=LongSerde(),
             config=config,
         )
+        sessions = manager.session_store(
+            "sess",
+            retention_ms=2_000,
+            segment_interval_ms=100,
+            value_serde=LongSerde(),
+            config=config,
+        )
         if n == 0:
             assert ts.get("t") is None
             assert list(win.all()) == []
+            assert list(sessions.all()) == []
             return 0
         assert ts.get_with_timestamp("t") == ValueAndTimestamp(n, n)
         assert {k: v.value for k, v in ts.items() if k != "t"} == {
@@ -81,6 +97,11 @@ def _check(state_dir: Path, mode: str) -> int:
         expected_w = [(m * 10, m) for m in range(max(1, n - 199), n + 1)]
         assert list(win.fetch("w", 0, 2**40)) == expected_w
         assert win.fetch_window("x", (n // 3) * 30) == n
+        # commits m at m*10 chain into one session, broken after each m % 5 == 0 (gap 5 < 10)
+        first = max(1, n - n % 5)
+        assert list(sessions.find_sessions("u", n * 10, n * 10)) == [
+            (Windowed("u", first * 10, n * 10), n - first + 1)
+        ]
         return int(n)
 
 

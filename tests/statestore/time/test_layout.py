@@ -7,12 +7,12 @@ from hypothesis import strategies as st
 
 from statestore.stores.time.layout import (
     join_timestamp,
+    key_range_upper_bound,
     segment_prefix,
     split_timestamp,
     split_windowed_key,
     windowed_key,
 )
-from statestore.stores.time.window import _upper_bound
 
 
 def test_windowed_key_golden_bytes() -> None:
@@ -50,4 +50,5 @@ def test_upper_bound_covers_every_key_at_or_below_last(
 ) -> None:
     """Every windowed key with ``key <= last`` and ``start <= time_to`` sorts below the bound."""
     if key <= last and start <= time_to:
-        assert windowed_key(key, start, seqnum) < _upper_bound(last, time_to)
+        bound = key_range_upper_bound(last, windowed_key(b"", time_to, 2**31 - 1))
+        assert windowed_key(key, start, seqnum) < bound

@@ -1,5 +1,7 @@
 """Hypothesis state machines over the stores in time against plain models, time moving forward.
 
+Timestamped key-value, window and session stores (session merges included).
+
 Steps: puts (window starts both late and ahead of the stream time), deletes,
 commit, abort, compact (roll + forced cleaning passes), reopen (clean
 shutdown), crash (no shutdown), and for incremental restores a crash where
@@ -30,6 +32,7 @@ from statestore.config import RestoreMode, StoreConfig
 from statestore.manager import StateManager
 from statestore.serdes import LongSerde
 from statestore.stores.time.timestamped import ValueAndTimestamp
+from statestore.stores.time.window import Windowed
 from tests.statestore.helpers import NO_CLEANER, engine_of
 
 MODES = st.sampled_from(["full", "incremental"])
@@ -269,7 +272,128 @@ class WindowMachine(_Restarts):
         )
 
 
+class SessionMachine(_Restarts):
+    """A session store against ``{(key, start, end): aggregate}`` plus the stream time."""
+
+    name = "sess"
+
+    def __init__(self) -> None:
+        self.committed: dict[tuple[str, int, int], int] = {}
+        self.committed_stream_time = -1
+        super().__init__()
+
+    def _open_store(self, config: StoreConfig) -> Any:
+        return self.manager.session_store(
+            self.name,
+            retention_ms=RETENTION,
+            segment_interval_ms=SEGMENT,
+            value_serde=LongSerde(),
+            config=config,
+        )
+
+    def _stream_time(self) -> int:
+        return max([self.committed_stream_time, *(end for _k, _s, end in self.pending)])
+
+    def _merged(self) -> dict[tuple[str, int, int], int]:
+        view = dict(self.committed)
+        for session, value in self.pending.items():
+            if value is None:
+                view.pop(session, None)
+            else:
+                view[session] = value
+        return view
+
+    def _visible(self) -> dict[tuple[str, int, int], int]:
+        horizon = self._stream_time() - RETENTION
+        return {s: v for s, v in self._merged().items() if s[2] > horizon}
+
+    def _actual(self) -> dict[tuple[str, int, int], int]:
+        return {(w.key, w.start_ms, w.end_ms): v for w, v in self.store.all()}
+
+    def _check_committed(self) -> None:
+        assert self.store.stream_time_ms == self.committed_stream_time
+        assert self._actual() == self._visible()
+
+    @rule(key=WKEYS, ahead=st.integers(-150, 60), length=st.integers(0, 30), value=st.integers())
+    def put(self, key: str, ahead: int, length: int, value: int) -> None:
+        end = max(0, self._stream_time() + ahead)
+        start = max(0, end - length)
+        self.store.put(Windowed(key, start, end), value % 2**63)
+        if end > max(self._stream_time(), end) - RETENTION:
+            self.pending[(key, start, end)] = value % 2**63
+
+    @rule(data=st.data())
+    def remove(self, data: st.DataObject) -> None:
+        live = sorted(self._visible())
+        if not live:
+            return
+        key, start, end = data.draw(st.sampled_from(live))
+        self.store.remove(Windowed(key, start, end))
+        self.pending[(key, start, end)] = None
+
+    @rule(key=WKEYS, ahead=st.integers(-40, 40), gap=st.integers(0, 30))
+    def merge(self, key: str, ahead: int, gap: int) -> None:
+        stamp = max(0, self._stream_time() + ahead)
+        overlapping = sorted(
+            (
+                s
+                for s in self._visible()
+                if s[0] == key and s[2] >= stamp - gap and s[1] <= stamp + gap
+            ),
+            key=lambda s: (s[2], s[1]),
+        )
+        start = min([stamp, *(s[1] for s in overlapping)])
+        end = max([stamp, *(s[2] for s in overlapping)])
+        total = sum(self._visible()[s] for s in overlapping) + 1
+        result = self.store.merge(
+            key,
+            stamp,
+            inactivity_gap_ms=gap,
+            aggregate=lambda agg: (agg or 0) + 1,
+            merger=lambda a, b: a + b,
+        )
+        if end <= max(self._stream_time(), end) - RETENTION:
+            return  # the merged session has expired: dropped
+        assert result == (Windowed(key, start, end), total)
+        for session in overlapping:
+            if session != (key, start, end):
+                self.pending[session] = None
+        self.pending[(key, start, end)] = total
+
+    @rule()
+    def commit(self) -> None:
+        self.store.commit()
+        self.committed_stream_time = self._stream_time()
+        self.committed = self._merged()
+        self.pending = {}
+
+    @rule()
+    def abort(self) -> None:
+        self.store.abort()
+        self.pending = {}
+
+    @invariant()
+    def matches_model(self) -> None:
+        visible = self._visible()
+        assert self.store.stream_time_ms == self._stream_time()
+        ordered = sorted(
+            visible, key=lambda s: s[0].encode() + s[2].to_bytes(8, "big") + s[1].to_bytes(8, "big")
+        )
+        assert [(w.key, w.start_ms, w.end_ms) for w, _ in self.store.all()] == ordered
+        now = max(0, self._stream_time())
+        for key in ("a", "ab", ""):
+            low, high = max(0, now - 50), now
+            expected = [s for s in ordered if s[0] == key and s[2] >= low and s[1] <= high]
+            found = self.store.find_sessions(key, low, high)
+            assert [(w.key, w.start_ms, w.end_ms) for w, _ in found] == expected
+            assert [v for _, v in self.store.find_sessions(key, low, high)] == [
+                visible[s] for s in expected
+            ]
+
+
 TestTimestamped = TimestampedMachine.TestCase
 TestTimestamped.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
 TestWindow = WindowMachine.TestCase
 TestWindow.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
+TestSession = SessionMachine.TestCase
+TestSession.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
