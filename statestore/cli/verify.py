@@ -339,8 +339,54 @@ def verify_partition(directory: Path, progress: Progress) -> PartitionReport:
             _read_segment(planned, report, progress, check=not planned.recover)
     else:
         report.segments = sum(1 for _ in _iter_logs(directory))
+        _scan_refused(directory, report, progress)
     _check_cleaner_checkpoint(directory, report)
     return report
+
+
+def _scan_refused(directory: Path, report: PartitionReport, progress: Progress) -> None:
+    """Step 2 for a partition the open refuses: every segment read past damage.
+
+    The refusal names the first problem the loader meets; the partition may hold
+    more (a second damaged segment).  Each damaged range found by reading every
+    batch (:func:`changelog.repair.scan.walk`, resynchronizing on the next valid
+    batch) that the refusal does not already name is an error of its own, with
+    the first offset it makes unreadable; the counts are of the valid batches.
+    """
+    from changelog.repair.scan import Batch, segment_files, walk  # noqa: PLC0415
+
+    named = {(p.path, p.position) for p in report.problems}
+    try:
+        segments = segment_files(directory)
+    except ChangelogError:
+        return
+    for segment in segments:
+        next_offset = segment.base_offset
+        try:
+            items = list(walk(segment.path))
+        except (ChangelogError, OSError):
+            continue
+        report.size_bytes += segment.size_bytes
+        progress.advance(segment.size_bytes)
+        for item in items:
+            if isinstance(item, Batch):
+                report.batches += 1
+                report.records += item.header.records_count
+                next_offset = item.header.next_offset
+                continue
+            if (item.path, item.position) in named:
+                continue
+            report.problems.append(
+                Problem(
+                    "error",
+                    item.path,
+                    item.position,
+                    f"{item.reason}; offsets from {next_offset} on in this segment cannot be"
+                    f" read up to the next valid batch ({item.size_bytes} bytes later)"
+                    " (`statestore repair salvage` keeps the valid batches around it)",
+                    offset=next_offset,
+                )
+            )
 
 
 def total_log_bytes(partitions: list[Path]) -> int:

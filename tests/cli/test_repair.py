@@ -18,11 +18,11 @@ import msgpack
 import pytest
 
 from changelog.config import LogConfig
-from changelog.errors import ChangelogError
 from changelog.log import Log
 from statestore import AppliedOffsetMismatchError, StateManager
 from statestore.cli import main
 from statestore.config import RocksDBConfig, StoreConfig
+from statestore.errors import CorruptChangelogError
 from statestore.stores.engine import RocksDBEngine
 from tests.cli.helpers import QUIET, SMALL_LOG, live_users, run_cli, user
 
@@ -92,7 +92,7 @@ def test_truncate_a_partition_refused_at_open_back_to_a_consistent_log(
     original = changelog_records(users)
     segment = users / "00000000000000000060.log"
     cut_mid_batch(segment, 1)  # the case: a closed segment cut mid-batch
-    with pytest.raises(ChangelogError):
+    with pytest.raises(CorruptChangelogError):
         users_state(state)
     assert run_cli(["verify", str(state)], capsys).status == 1
 
@@ -159,7 +159,7 @@ def test_drop_torn_tail_after_a_clean_shutdown(
     active = users / "00000000000000000120.log"
     data = active.read_bytes()
     active.write_bytes(data + data[:40])  # half a batch after the clean close
-    with pytest.raises(ChangelogError):
+    with pytest.raises(CorruptChangelogError):
         users_state(state)
     before = tree_hash(state)
     dry = run_cli(["repair", "drop-torn-tail", str(users)], capsys)
