@@ -12,7 +12,10 @@ or takes a lock (verify works next to a running service):
    a torn tail it will cut, indexes it will rebuild (*warnings*: repairs
    that lose nothing acknowledged), leftovers of an interrupted replace it
    will finish (*info*).
-2. **What reads will find.**  The loader does not re-read segments that were
+2. **What reads will find.**  For a partition the open refuses, every segment
+   is still read past damage (:func:`changelog.repair.scan.walk`): each damaged
+   range the refusal does not name is an *error* of its own.  Otherwise:
+   the loader does not re-read segments that were
    flushed (below the recovery point, or everything after a clean shutdown).
    verify reads every batch of them: a batch that fails its CRC-32C or
    framing is an *error* (the next open succeeds, but reading that batch
