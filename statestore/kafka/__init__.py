@@ -35,7 +35,7 @@ from statestore.kafka.handlers import (
     log_and_continue,
     log_and_fail,
 )
-from statestore.kafka.processor import Processor, ProcessorContext
+from statestore.kafka.processor import Processor, ProcessorContext, RebalanceEvent
 from statestore.kafka.restorer import TaskRestored
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
 from statestore.kafka.tasks import TaskState
@@ -67,6 +67,7 @@ __all__ = [
     "ProcessorContext",
     "ProcessorFailedError",
     "ProducerFencedError",
+    "RebalanceEvent",
     "TaskRestored",
     "TaskState",
     "TaskStore",

@@ -117,6 +117,13 @@ class ProcessorConfig:
     instance_id: str = attrs.field(validator=_name)
     """This process's stable name: the ``transactional.id`` is ``<application_id>-<instance_id>``,
     so a restarted process fences its own predecessor."""
+    static_membership: bool = attrs.field(
+        default=False, validator=attrs.validators.instance_of(bool)
+    )
+    """``group.instance.id = instance_id`` (KIP-345): a restarted instance gets its partitions
+    back without a rebalance within the session timeout, and a second process with the same
+    ``instance_id`` is refused by the broker.  A clean shutdown then keeps the partitions
+    until the session timeout (librdkafka leaves a static member's group only temporarily)."""
     processing_guarantee: ProcessingGuarantee = attrs.field(
         default="exactly_once_v2", validator=_one_of(_GUARANTEES)
     )

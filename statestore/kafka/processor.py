@@ -49,7 +49,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
+
+import attrs
 
 from statestore.kafka.commit import (
     CommitResult,
@@ -89,7 +91,7 @@ from statestore.kafka.topics import (
 from statestore.stores.restore import StateRestoreListener
 from statestore.stores.typed import KeyValueStore
 
-__all__ = ["FATAL_COMMIT_CODES", "Processor", "ProcessorContext", "TaskRestored"]
+__all__ = ["FATAL_COMMIT_CODES", "Processor", "ProcessorContext", "RebalanceEvent", "TaskRestored"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +113,19 @@ FATAL_COMMIT_CODES: Final = frozenset(
     }
 )
 """librdkafka error names of a commit failure that no retry heals: the processor stops at once."""
+
+
+@attrs.frozen(kw_only=True)
+class RebalanceEvent:
+    """Partitions assigned to this process, revoked from it, or lost.  Immutable.
+
+    Passed to ``on_rebalance`` on the processor's thread, inside ``poll_once``,
+    after the runtime handled the change (a revoke after its commit and the
+    tasks' close; an assignment before the tasks' restore).
+    """
+
+    kind: Literal["assigned", "revoked", "lost"]
+    partitions: tuple[int, ...]
 
 
 class ProcessorContext:
@@ -163,6 +178,7 @@ class Processor:
         on_commit: Callable[[CommitResult], None] | None = None,
         on_restored: Callable[[TaskRestored], None] | None = None,
         processing_exception_handler: ProcessingExceptionHandler = log_and_fail,
+        on_rebalance: Callable[[RebalanceEvent], None] | None = None,
         fault_hook: FaultHook | None = None,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
@@ -175,6 +191,7 @@ class Processor:
         self._on_restored = on_restored
         self._fault_hook = fault_hook
         self._handler = processing_exception_handler
+        self._on_rebalance = on_rebalance
         self._wall_clock_ms = wall_clock_ms
         self._tasks: dict[int, Task] = {}
         """Every assigned task, by partition, whatever its state."""
@@ -200,6 +217,8 @@ class Processor:
         """Records skipped by the processing exception handler (CONTINUE)."""
         self.processing_errors = 0
         """Exceptions ``process()`` raised (each abandoned the open transaction)."""
+        self.processed_records = 0
+        """Input records processed (a record replayed after a rewind counts again)."""
         self._fatal: BaseException | None = None
         self._abandoned = False
         self._failed_commits = 0
@@ -227,6 +246,8 @@ class Processor:
             # librdkafka's 1 s default stalls bulk reads (docs/scale-out.md).
             "fetch.queue.backoff.ms": "10",
         }
+        if config.static_membership:
+            settings["group.instance.id"] = config.instance_id
         if config.group_protocol == "consumer":
             settings["group.protocol"] = "consumer"
             settings["group.remote.assignor"] = "range"
@@ -381,7 +402,9 @@ class Processor:
                 self._tasks[tp.partition] = Task(tp.partition, [tp])
             elif task.state is TaskState.CREATED:
                 task.inputs.append(tp)
-        logger.info("assigned %s", sorted({tp.partition for tp in partitions}))
+        assigned = sorted({tp.partition for tp in partitions})
+        logger.info("assigned %s", assigned)
+        self._notify(RebalanceEvent(kind="assigned", partitions=tuple(assigned)))
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         revoked = sorted({tp.partition for tp in partitions})
@@ -397,6 +420,7 @@ class Processor:
             consumer.incremental_unassign(partitions)
         else:
             consumer.unassign()
+        self._notify(RebalanceEvent(kind="revoked", partitions=tuple(revoked)))
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         lost = sorted({tp.partition for tp in partitions})
@@ -408,6 +432,11 @@ class Processor:
             consumer.incremental_unassign(partitions)
         else:
             consumer.unassign()
+        self._notify(RebalanceEvent(kind="lost", partitions=tuple(lost)))
+
+    def _notify(self, event: RebalanceEvent) -> None:
+        if self._on_rebalance is not None and event.partitions:
+            self._on_rebalance(event)
 
     def _close_tasks(self, partitions: Sequence[int], *, caught_up: bool) -> None:
         """Suspend and close the tasks of ``partitions``; ``caught_up``: stamp the applied time.
@@ -568,7 +597,7 @@ class Processor:
         for message in messages:
             error = message.error()
             if error is not None:
-                if error.fatal():
+                if error.fatal() or error.name() == "_FATAL":
                     self._fatal = KafkaClientError("consume", error.name(), error.str())
                     raise self._fatal
                 logger.warning("consume: %s", error)
@@ -592,6 +621,7 @@ class Processor:
             task.positions[topic] = offset + 1
             processed += 1
         self._processed_since_commit += processed
+        self.processed_records += processed
         if self._standby is not None:
             self._tend_standbys()
         since_s = time.monotonic() - self._last_commit
@@ -823,6 +853,40 @@ class Processor:
     def standby_partitions(self) -> list[int]:
         """Partitions whose standby replicas this process keeps, sorted."""
         return [] if self._standby is None else sorted(self._standby.partitions)
+
+    def standby_lag(self) -> dict[int, dict[str, int | None]]:
+        """``partition -> store -> records`` each standby is behind its changelog's end.
+
+        The changelog end is the high watermark the standby consumer last
+        fetched (``None`` until its first fetch); 0 means caught up.  Between
+        polls, on the processor's thread.
+        """
+        if self._standby is None:
+            return {}
+        return {
+            p: {name: self._standby.lag(name, p) for name in self._specs}
+            for p in sorted(self._standby.partitions)
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        """A snapshot of the runtime's metrics, Kafka Streams' names where it has one.
+
+        ``commit-total`` / ``commit-failed-total`` (commits that succeeded /
+        failed), ``process-total`` (input records processed; a record replayed
+        after a rewind counts again), ``processing-errors-total`` (exceptions ``process()``
+        raised), ``dropped-records-total`` (records the handler skipped),
+        ``task-states`` (partition -> state) and ``standby-lag`` (as
+        :meth:`standby_lag`).  Between polls, on the processor's thread.
+        """
+        return {
+            "commit-total": self.commits,
+            "commit-failed-total": self.aborted,
+            "process-total": self.processed_records,
+            "processing-errors-total": self.processing_errors,
+            "dropped-records-total": self.dropped_records,
+            "task-states": {p: state.value for p, state in self.tasks.items()},
+            "standby-lag": self.standby_lag(),
+        }
 
     def _drop_all(self) -> None:
         self._outputs = []

@@ -103,6 +103,27 @@ class StandbyTasks:
         engine = self._engines.get((store, partition))
         return None if engine is None else engine.applied_offset()
 
+    def lag(self, store: str, partition: int) -> int | None:
+        """Offsets between the standby's position and the changelog's high watermark as last
+        fetched (``None``: no standby, or no fetch yet).
+
+        The position, not the applied offset: a ``read_committed`` consumer's
+        position passes transaction markers, which hold offsets but no record
+        (every record consumed is applied in the same :meth:`poll`).
+        """
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        engine = self._engines.get((store, partition))
+        if engine is None:
+            return None
+        tp = TopicPartition(self._topics[store].name, partition)
+        _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+        if high is None or high < 0:
+            return None
+        position = self._consumer.position([tp])[0].offset
+        at = max(position, engine.applied_offset() or 0)
+        return max(0, int(high) - int(at))
+
     def refresh(self, wanted: set[int]) -> None:
         """Keep standbys for exactly ``wanted``: close the others, open and assign the new ones."""
         for p in sorted(self._partitions - wanted):

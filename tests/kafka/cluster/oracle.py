@@ -103,6 +103,7 @@ class App:
         fail_on: Callable[[int], bool] = lambda _seq: False,
         handler: ProcessingExceptionHandler = log_and_fail,
         on_commit: Callable[[Any], None] | None = None,
+        on_rebalance: Callable[[Any], None] | None = None,
         **overrides: Any,
     ) -> Processor:
         output = self.output
@@ -124,6 +125,7 @@ class App:
             process,
             processing_exception_handler=handler,
             on_commit=on_commit,
+            on_rebalance=on_rebalance,
         )
 
     def expected(self, skipped: Sequence[int] = ()) -> dict[str, int]:
