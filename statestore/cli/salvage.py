@@ -102,6 +102,45 @@ def _loss_doc(
     }
 
 
+def _transactions(
+    plan: SalvagePlan, coordinator: CoordinatorLog | None, state_dir: Path | None
+) -> list[dict[str, Any]]:
+    """The transactions the damage splits: those this partition shows (a marker without its
+    data, data without its marker), then those only the coordinator's log can name (data and
+    marker both in the unreadable bytes: a committed transaction whose part here starts in a
+    lost range)."""
+    out = [_loss_doc(plan, t, coordinator, state_dir) for t in plan.transactions]
+    if coordinator is None:
+        return out
+    seen = {t.get("coordinator_record_offset") for t in out if t["known"]}
+    for lost in plan.lost:
+        end = lost.end_offset
+        for found in coordinator.transactions:
+            if found.record_offset in seen:
+                continue
+            for part in found.parts:
+                if (part.topic, part.partition) != (plan.topic, plan.partition):
+                    continue
+                if part.first_offset < lost.first_offset or (
+                    end is not None and part.first_offset >= end
+                ):
+                    continue
+                seen.add(found.record_offset)
+                out.append(
+                    {
+                        "producer_id": None,
+                        "producer_epoch": None,
+                        "lost": "all",
+                        "first_offset": part.first_offset,
+                        "marker_offset": None,
+                        "damaged_offsets": [lost.first_offset, end],
+                        "certain": True,
+                        **participants_doc(state_dir, found, plan.topic, plan.partition),
+                    }
+                )
+    return out
+
+
 def _keys(keys: tuple[bytes | None, ...] | None) -> list[str] | None:
     if keys is None:
         return None
@@ -150,7 +189,7 @@ def salvage_doc(
             }
             for b in plan.dropped
         ],
-        "transactions": [_loss_doc(plan, t, coordinator, state_dir) for t in plan.transactions],
+        "transactions": _transactions(plan, coordinator, state_dir),
         "steps": plan.steps(),
     }
 
@@ -212,12 +251,22 @@ def _print(plan: SalvagePlan, doc: dict[str, Any], out: TextIO, state_dir: Path 
             if not txn["certain"]:
                 what += " (those offsets were cleaned before: its data may have been compacted"
                 what += " away, then nothing of it is lost)"
-        else:
+        elif txn["lost"] == "marker":
             what = (
                 f"its data here from offset {txn['first_offset']} is dropped: its marker lay in"
                 " the unreadable bytes"
             )
-        out.write(f"  producer {txn['producer_id']} epoch {txn['producer_epoch']}: {what}\n")
+        else:
+            what = (
+                f"committed (the coordinator's log says so); its data here from offset"
+                f" {txn['first_offset']} and its marker lay in the unreadable bytes"
+            )
+        who = (
+            "a transaction"
+            if txn["producer_id"] is None
+            else f"producer {txn['producer_id']} epoch {txn['producer_epoch']}"
+        )
+        out.write(f"  {who}: {what}\n")
         if not txn["known"]:
             out.write(
                 "    participants: unknown (the coordinator's log no longer lists this"

@@ -210,6 +210,30 @@ def test_salvage_in_the_active_segment_keeps_the_batches_after_the_damage(
     assert records(orders) == [r for r in original if r[0] != offset]
 
 
+def test_a_transaction_lost_whole_is_named_from_the_coordinator_log(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    carts = state / "carts-changelog-0"
+    active = carts / "00000000000000000078.log"  # the last transaction: data 78, marker 79
+    data = bytearray(active.read_bytes())
+    for position in range(20, len(data), 37):  # nothing of it readable
+        data[position] ^= 0x5A
+    active.write_bytes(bytes(data))
+    doc = json.loads(run_cli(["repair", "salvage", str(carts), "--json"], capsys).out)["plan"]
+    assert [(d["first_offset"], d["end_offset"]) for d in doc["lost"]] == [(78, None)]
+    (txn,) = doc["transactions"]
+    assert (txn["lost"], txn["first_offset"], txn["known"]) == ("all", 78, True)
+    assert {(p["topic"], p["first_offset"]) for p in txn["participants"]} == {
+        ("carts-changelog", 78),
+        ("orders-changelog", 78),
+    }
+    applied = run_cli(["repair", "salvage", str(carts), "--apply"], capsys)
+    assert applied.status == 0, applied.err
+    assert "committed (the coordinator's log says so)" in applied.out
+    with Log.open(carts, config=SMALL_LOG) as log:
+        assert log.log_end_offset == 78
+
+
 def test_salvage_of_the_coordinator_log_keeps_the_other_decisions(
     state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
