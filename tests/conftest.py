@@ -1,4 +1,4 @@
-"""Shared test configuration: Hypothesis profiles and the pure-Python run.
+"""Shared test configuration: Hypothesis profiles, the pure-Python run, parallel workers.
 
 Profiles: ``dev`` (default, fast), ``ci`` (more examples, no deadline; .ci/run
 selects it through HYPOTHESIS_PROFILE=ci).
@@ -6,6 +6,11 @@ selects it through HYPOTHESIS_PROFILE=ci).
 ``STATESTORE_PURE=1`` (:mod:`changelog.native`) runs every test on the Python paths;
 the tests marked ``compiled`` (about the C extensions themselves) are deselected
 then, and the summary says how many.
+
+Under pytest-xdist (``-n``), the reliability figures each worker counted
+(:mod:`tests.reliability.stats`) are sent to the controller, which prints them.
+Tests marked ``kafka`` go to one worker per broker kind (``xdist_group``), so
+that one broker of each kind serves them, as in a serial run.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from changelog import native
+from tests.reliability import stats
 
 settings.register_profile(
     "dev",
@@ -42,9 +48,41 @@ def pytest_report_header() -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``compiled`` tests under ``STATESTORE_PURE``."""
+    """Deselect ``compiled`` tests under ``STATESTORE_PURE``; one xdist group for ``kafka``."""
     if native.PURE:
         deselected = [item for item in items if item.get_closest_marker("compiled")]
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = [item for item in items if not item.get_closest_marker("compiled")]
+    for item in items:
+        if item.get_closest_marker("kafka"):
+            # Kafka 4.x (``cluster``) and Kafka 3.9 (the conformance scenario): two workers.
+            cluster = "cluster" in getattr(item, "fixturenames", ())
+            item.add_marker(pytest.mark.xdist_group("kafka-cluster" if cluster else "kafka"))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand this worker's reliability figures to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[_RELIABILITY_KEY] = stats.dump()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """On the xdist controller: add a finished worker's figures to the summary."""
+    del error
+    data = getattr(node, "workeroutput", {}).get(_RELIABILITY_KEY)
+    if data:
+        stats.merge(data)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the reliability figures of this session (one parseable line per kind)."""
+    lines = stats.lines()
+    if not lines:
+        return
+    terminalreporter.section("statestore reliability figures")
+    for line in lines:
+        terminalreporter.write_line(line)
+    stats.write_report()

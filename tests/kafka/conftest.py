@@ -26,6 +26,9 @@ from tests.kafka.scenario import KafkaScenario, run_kafka_scenario
 
 _HERE = Path(__file__).resolve().parent
 
+KAFKA_TIMEOUT_S = 300
+"""Per-test deadline of the Kafka tests (the suite's default is 120 s, pyproject.toml)."""
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test of this directory ``kafka``; skip them all, loudly, without Java/Maven."""
@@ -35,6 +38,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _HERE not in Path(str(item.path)).resolve().parents:
             continue
         item.add_marker(pytest.mark.kafka)
+        # A JVM broker's start (Maven resolving the classpath on a first run) is part of the
+        # first test's setup, and a scenario runs two brokers: a deadline of their own.
+        item.add_marker(pytest.mark.timeout(KAFKA_TIMEOUT_S))
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
 

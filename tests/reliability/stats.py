@@ -70,3 +70,20 @@ def write_report() -> None:
         return
     data = {kind: {**_counts[kind], **dict(_extra.get(kind, {}))} for kind in sorted(_counts)}
     Path(target).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def dump() -> dict[str, dict[str, dict[str, int]]]:
+    """This process's figures, for a pytest-xdist worker to hand to the controller."""
+    return {
+        "counts": {kind: dict(row) for kind, row in _counts.items()},
+        "extra": {kind: dict(row) for kind, row in _extra.items()},
+    }
+
+
+def merge(data: dict[str, dict[str, dict[str, int]]]) -> None:
+    """Add a worker's :func:`dump` to this process's figures (the xdist controller's)."""
+    for kind, row in data["counts"].items():
+        record(kind, **row)
+    for kind, row in data["extra"].items():
+        for name, amount in row.items():
+            note(kind, name, amount)
