@@ -40,6 +40,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 _RELIABILITY_KEY = "statestore_reliability"
 
+SLOW_TIMEOUT_S = 600
+"""Per-test deadline of the ``slow`` tests (the suite's default is 120 s, pyproject.toml)."""
+
 
 def pytest_report_header() -> str:
     """Which implementation runs: the compiled paths or the pure-Python ones."""
@@ -48,13 +51,17 @@ def pytest_report_header() -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``compiled`` tests under ``STATESTORE_PURE``; one xdist group for ``kafka``."""
+    """Deselect ``compiled`` tests under ``STATESTORE_PURE``; deadlines of ``slow`` tests; one
+    xdist group per broker kind for ``kafka``."""
     if native.PURE:
         deselected = [item for item in items if item.get_closest_marker("compiled")]
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = [item for item in items if not item.get_closest_marker("compiled")]
     for item in items:
+        if item.get_closest_marker("slow"):
+            # Soak-sized runs and long fault sweeps: minutes each on a loaded machine.
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
         if item.get_closest_marker("kafka"):
             # Kafka 4.x (``cluster``) and Kafka 3.9 (the conformance scenario): two workers.
             cluster = "cluster" in getattr(item, "fixturenames", ())

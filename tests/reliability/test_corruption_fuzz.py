@@ -365,6 +365,7 @@ def run_fuzz(tmp_path: Path, trials_per_cell: int) -> Fuzz:
     return fuzz
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_corruption_fuzz(tmp_path: Path) -> None:
     fuzz = run_fuzz(tmp_path, 23)  # 9 kinds x 5 damages x 23 = 1,035 trials
     assert sum(fuzz.outcomes.values()) + len(fuzz.failures) >= 1000

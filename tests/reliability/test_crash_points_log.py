@@ -440,7 +440,17 @@ SCENARIOS = scenarios(1)
 BIG_SCENARIOS = scenarios(SOAK_SCALE)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+LONG_SWEEPS = {"clean.holes", "clean.merge", "clean.swap", "clean.tombstones"}
+"""Over 30 s each on a loaded 2-core machine: in the slow tier (``./dev test --tier slow``)."""
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(s, id=s.name, marks=[pytest.mark.slow] if s.name in LONG_SWEEPS else [])
+        for s in SCENARIOS
+    ],
+)
 def test_crash_at_every_step(tmp_path: Path, scenario: Scenario) -> None:
     run_scenario(tmp_path, scenario, "crashpoint.log")
 

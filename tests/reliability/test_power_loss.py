@@ -373,6 +373,7 @@ def check_store_image(image: Path, acks: list[Any], cache: ModelCache) -> tuple[
     return max(0, last - seq), int(found != cache.after(seq))
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_power_loss_images_of_store_creation_lose_no_acknowledged_commit(
     tmp_path: Path,
 ) -> None:

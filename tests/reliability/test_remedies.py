@@ -173,6 +173,7 @@ def run_trials(
 # --------------------------------------------------------------------------- the remedies
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_truncate_survives_a_fault_at_every_step(tmp_path: Path) -> None:
     base = tmp_path / "base" / "trunc-0"
     original = build(base)
@@ -229,6 +230,7 @@ def test_drop_torn_tail_survives_a_fault_at_every_step(tmp_path: Path) -> None:
     assert trials >= 3 * 10
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_rebuild_indexes_survives_a_fault_at_every_step(tmp_path: Path) -> None:
     base = tmp_path / "base" / "idx-0"
     original = build(base)
@@ -264,6 +266,7 @@ def _users(state: Path) -> dict[str, object]:
         return dict(manager.store("users", config=StoreConfig(restore_mode="incremental")).items())
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_rebuild_rocksdb_survives_a_fault_at_every_file_step(tmp_path: Path) -> None:
     import msgpack  # noqa: PLC0415
 
@@ -360,6 +363,7 @@ def test_truncate_power_loss_images(tmp_path: Path) -> None:
     assert images >= 2 * 20
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_rebuild_indexes_power_loss_images(tmp_path: Path) -> None:
     """A power cut after any file operation of an index rebuild: the image opens exactly
     (a missing index is rebuilt by the loader), and the remedy run again restores the

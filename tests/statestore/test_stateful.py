@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -210,6 +211,7 @@ class StoreMachine(RuleBasedStateMachine):
 
 TestStoreMachine = StoreMachine.TestCase
 TestStoreMachine.settings = settings(stateful_step_count=30)  # examples: the profile's
+TestStoreMachine.pytestmark = [pytest.mark.slow]  # a long state machine: the slow tier
 
 
 class IncrementalMachine(RuleBasedStateMachine):
@@ -253,3 +255,4 @@ class IncrementalMachine(RuleBasedStateMachine):
 
 TestIncrementalMachine = IncrementalMachine.TestCase
 TestIncrementalMachine.settings = settings(stateful_step_count=20)
+TestIncrementalMachine.pytestmark = [pytest.mark.slow]  # a long state machine: the slow tier

@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -321,3 +322,4 @@ def _mix(found: Model, before: Model, after: Model) -> str:
 
 TestTransactionMachine = TransactionMachine.TestCase
 TestTransactionMachine.settings = settings(max_examples=15, stateful_step_count=20)
+TestTransactionMachine.pytestmark = [pytest.mark.slow]  # a long state machine: the slow tier

@@ -185,6 +185,7 @@ def test_a_tombstone_or_a_partly_mapped_segment_is_still_scanned(
     segment_bytes=st.sampled_from([1024, 4096, 64 * 1024]),
     seed=st.integers(0, 2**16),
 )
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_skipping_changes_no_byte(
     tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,

@@ -65,6 +65,7 @@ def test_the_commit_makes_file_system_steps_to_fail(
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_an_io_error_at_every_step_of_a_commit_loses_nothing_and_is_typed(
     template: tuple[Path, list[tuple[str, str]]], tmp_path: Path, code: int
 ) -> None:

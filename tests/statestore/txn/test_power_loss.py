@@ -88,6 +88,7 @@ def visible(state: Path) -> int:
         return int(m)
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_every_power_loss_image_is_a_whole_commit_prefix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

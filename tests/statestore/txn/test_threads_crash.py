@@ -132,6 +132,7 @@ def crash_round(state: Path, threads: int, start: dict[int, int], delay_s: float
     return acked
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_crash_of_16_threads_in_every_protocol_step(tmp_path: Path) -> None:
     state, threads = tmp_path / "state", 16
     rng = random.Random(1416)
@@ -212,6 +213,7 @@ def kill9_trials(tmp_path: Path, trials: int, threads: int, seed: int) -> int:
     return total
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_kill9_of_a_process_with_threads_in_transactions(tmp_path: Path) -> None:
     assert kill9_trials(tmp_path, trials=4, threads=8, seed=149) > 8
 
