@@ -53,6 +53,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from statestore.kafka.clients import KafkaClients
 from statestore.kafka.commit import (
     CommitResult,
     FaultHook,
@@ -180,6 +181,7 @@ class Processor:
         processing_exception_handler: ProcessingExceptionHandler = log_and_fail,
         on_rebalance: Callable[[RebalanceEvent], None] | None = None,
         fault_hook: FaultHook | None = None,
+        clients: KafkaClients | None = None,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self._config = config
@@ -191,6 +193,7 @@ class Processor:
         self._on_restored = on_restored
         self._fault_hook = fault_hook
         self._handler = processing_exception_handler
+        self._clients = KafkaClients() if clients is None else clients
         self._on_rebalance = on_rebalance
         self._wall_clock_ms = wall_clock_ms
         self._tasks: dict[int, Task] = {}
@@ -277,9 +280,7 @@ class Processor:
         return settings
 
     def _new_producer(self) -> Any:
-        from confluent_kafka import Producer  # noqa: PLC0415 - optional dependency
-
-        producer = Producer(self._producer_config())
+        producer = self._clients.producer(self._producer_config())
         if self._config.processing_guarantee == "exactly_once_v2":
             try:
                 producer.init_transactions(self._config.transaction_timeout_ms / 1000 * 3)
@@ -294,12 +295,9 @@ class Processor:
         letter topic must exist, existing changelog topics must fit: any of
         these refuses the start before a topic is created.
         """
-        from confluent_kafka import Consumer  # noqa: PLC0415 - optional dependency
-        from confluent_kafka.admin import AdminClient  # noqa: PLC0415
-
         config = self._config
         self._state_dir.mkdir(parents=True, exist_ok=True)
-        self._admin = AdminClient(self._client_config())
+        self._admin = self._clients.admin(self._client_config())
         self._partitions = check_copartitioned(self._admin, config.input_topics)
         sinks = [*config.output_topics]
         if config.dead_letter_queue_topic is not None:
@@ -312,7 +310,7 @@ class Processor:
         )
         self._topics = {name: infos[topic] for name, topic in names.items()}
         self._producer = self._new_producer()
-        restore_consumer = Consumer(
+        restore_consumer = self._clients.consumer(
             {
                 **self._client_config(),
                 "group.id": f"{config.application_id}-restore",
@@ -339,7 +337,7 @@ class Processor:
         self._restorer.start()
         if config.num_standby_replicas > 0:
             self._standby = StandbyTasks(
-                consumer=Consumer(
+                consumer=self._clients.consumer(
                     {
                         **self._client_config(),
                         "group.id": f"{config.application_id}-standby",
@@ -357,7 +355,7 @@ class Processor:
                 changelog=config.changelog,
                 wall_clock_ms=self._wall_clock_ms,
             )
-        self._consumer = Consumer(self._consumer_config())
+        self._consumer = self._clients.consumer(self._consumer_config())
         self._consumer.subscribe(
             list(config.input_topics),
             on_assign=self._on_assign,

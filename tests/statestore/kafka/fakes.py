@@ -126,7 +126,7 @@ class FakeProducer:
         self._open = []
 
 
-class _Message:
+class FakeMessage:
     def __init__(
         self,
         topic: str,
@@ -207,7 +207,9 @@ class FakeRestoreConsumer:
             records, end = self._log(partition)
             limit = end if self.stuck_at is None else min(end, self.stuck_at)
             batch = [
-                _Message(topic, partition, o, k, v) for o, k, v in records if position <= o < limit
+                FakeMessage(topic, partition, o, k, v)
+                for o, k, v in records
+                if position <= o < limit
             ][: min(self.per_partition, num_messages - len(out))]
             out.extend(batch)
             if batch:

@@ -1,0 +1,238 @@
+"""The whole Processor against an in-memory cluster (no broker): tasks, exceptions, commits.
+
+The application adds each record's delta to its key's sum (store ``sums``) and
+sends ``seq`` to ``out``; the checks read what the fake cluster committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from confluent_kafka import KafkaError
+
+from statestore.kafka import (
+    CommitFailedError,
+    KafkaStoreSpec,
+    ProcessingError,
+    Processor,
+    ProcessorConfig,
+    ProcessorContext,
+    ProcessorFailedError,
+    TaskState,
+    log_and_continue,
+)
+from statestore.serdes import IntSerde, StringSerde
+from tests.statestore.kafka.fake_cluster import FakeCluster
+from tests.statestore.kafka.fakes import kafka_exception
+
+PARTITIONS = 2
+
+
+class BadRecordError(Exception):
+    """Raised by the test's process() for chosen records."""
+
+
+def _cluster(records: int) -> FakeCluster:
+    cluster = FakeCluster()
+    cluster.create("in", PARTITIONS)
+    cluster.create("out", PARTITIONS)
+    cluster.create("dlq", 1)
+    for seq in range(records):
+        value = msgpack.packb({"seq": seq, "delta": 1})
+        cluster.append("in", seq % PARTITIONS, f"k{seq % 4}".encode(), value)
+    return cluster
+
+
+def _processor(
+    cluster: FakeCluster,
+    state_dir: Path,
+    fail_on: Callable[[int], bool] = lambda _seq: False,
+    *,
+    commit_interval_ms: int = 60_000,
+    **kwargs: Any,
+) -> Processor:
+    def process(context: ProcessorContext, message: Any) -> None:
+        record = msgpack.unpackb(message.value())
+        sums = context.store("sums")
+        key = message.key().decode()
+        sums.put(key, sums.get(key, 0) + record["delta"])
+        context.send("out", message.key(), msgpack.packb(record["seq"]))
+        if fail_on(record["seq"]):
+            raise BadRecordError(record["seq"])
+
+    config = ProcessorConfig(
+        application_id="app",
+        bootstrap_servers="fake:9092",
+        input_topics=("in",),
+        output_topics=("out",),
+        instance_id="i1",
+        commit_interval_ms=commit_interval_ms,
+        transaction_timeout_ms=120_000,
+        dead_letter_queue_topic="dlq",
+        commit_retry_backoff_ms=0,
+    )
+    return Processor(
+        config,
+        state_dir,
+        [KafkaStoreSpec(name="sums", key_serde=StringSerde(), value_serde=IntSerde())],
+        process,
+        clients=cluster.clients(),  # type: ignore[arg-type]
+        **kwargs,
+    )
+
+
+def _outputs(cluster: FakeCluster) -> list[int]:
+    return sorted(msgpack.unpackb(value) for _o, _k, value, _h in cluster.records("out"))
+
+
+def _until_running(processor: Processor, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while processor.assignment != list(range(PARTITIONS)):
+        assert time.monotonic() < deadline, processor.tasks
+        processor.poll_once(0.01)
+
+
+def _run_then_poll(processor: Processor) -> None:
+    _until_running(processor)
+    processor.poll_once(0.01)
+
+
+def test_tasks_move_created_restoring_running_and_close(tmp_path: Path) -> None:
+    cluster = _cluster(0)
+    processor = _processor(cluster, tmp_path)
+    processor.start()
+    assert processor.tasks == {}
+    _until_running(processor)
+    assert processor.tasks == dict.fromkeys(range(PARTITIONS), TaskState.RUNNING)
+    processor.close()
+    assert processor.tasks == {}
+
+
+def test_an_exception_abandons_every_task_and_the_retry_applies_once(tmp_path: Path) -> None:
+    cluster = _cluster(20)
+    fails = {13: 1}
+
+    def flaky(seq: int) -> bool:
+        if fails.get(seq):
+            fails[seq] -= 1
+            return True
+        return False
+
+    with _processor(cluster, tmp_path, flaky) as processor:
+        _until_running(processor)
+        with pytest.raises(ProcessingError) as caught:
+            processor.poll_once(0.01)
+        assert caught.value.offset == 13 // PARTITIONS and caught.value.partition == 1
+        assert isinstance(caught.value.__cause__, BadRecordError)
+        assert cluster.producers[0].calls.count("begin") == 0, "nothing was produced"
+        for store in processor.stores("sums").values():
+            assert dict(store.items()) == {}, "the buffers were dropped"
+        processor.poll_once(0.01)  # the loop catches and goes on: everything replayed
+        processor.commit()
+    assert _outputs(cluster) == list(range(20))
+    assert cluster.group_offsets == {("in", 0): 10, ("in", 1): 10}
+
+
+def test_with_block_leaving_on_an_exception_commits_nothing(tmp_path: Path) -> None:
+    cluster = _cluster(20)
+    processor = _processor(cluster, tmp_path, lambda seq: seq == 19)
+    with pytest.raises(ProcessingError), processor:
+        _run_then_poll(processor)
+    assert "begin" not in cluster.producers[0].calls
+    assert cluster.records("out") == [] and cluster.group_offsets == {}
+
+
+def test_continue_skips_the_record_and_dead_letters_it_in_the_same_transaction(
+    tmp_path: Path,
+) -> None:
+    cluster = _cluster(20)
+    with _processor(
+        cluster,
+        tmp_path,
+        lambda seq: seq in {4, 9},
+        processing_exception_handler=log_and_continue,
+    ) as processor:
+        _until_running(processor)
+        for _ in range(3):
+            processor.poll_once(0.01)
+        processor.commit()
+        assert processor.dropped_records == 2 and processor.processing_errors == 2
+        sums = {k: v for s in processor.stores("sums").values() for k, v in s.items()}
+    assert _outputs(cluster) == [s for s in range(20) if s not in {4, 9}]
+    dead = cluster.records("dlq")
+    assert sorted(msgpack.unpackb(v)["seq"] for _o, _k, v, _h in dead) == [4, 9]
+    assert all(dict(h)["__streams.errors.exception"].endswith(b"BadRecordError") for *_r, h in dead)
+    assert cluster.producers[0].calls.count("commit") == 1, "one transaction for all of it"
+    assert sum(sums.values()) == 18
+
+
+def _poll_until_stopped(processor: Processor) -> CommitFailedError:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            processor.poll_once(0.01)
+        except CommitFailedError as exc:
+            return exc
+    raise AssertionError("the processor never stopped")
+
+
+def test_a_commit_that_keeps_failing_stops_the_processor_after_its_attempts(
+    tmp_path: Path,
+) -> None:
+    cluster = _cluster(10)
+    with _processor(cluster, tmp_path, commit_interval_ms=1) as processor:
+        _until_running(processor)
+        producer = cluster.producers[0]
+        producer.fail_always["commit"] = kafka_exception(KafkaError._TIMED_OUT, abortable=True)
+        stopped = _poll_until_stopped(processor)
+        assert stopped.attempts == 5 and processor.aborted == 5
+        assert producer.calls.count("abort") == 5
+        with pytest.raises(ProcessorFailedError):
+            processor.poll_once(0.01)
+    assert cluster.records("out") == [] and cluster.group_offsets == {}
+
+
+def test_a_failure_that_cannot_heal_stops_at_once(tmp_path: Path) -> None:
+    cluster = _cluster(10)
+    with _processor(cluster, tmp_path, commit_interval_ms=1) as processor:
+        _until_running(processor)
+        cluster.producers[0].fail_always["begin"] = kafka_exception(
+            KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
+        stopped = _poll_until_stopped(processor)
+        assert stopped.code == "TOPIC_AUTHORIZATION_FAILED" and stopped.attempts == 1
+
+
+def test_a_transient_failure_heals_and_nothing_is_lost_or_doubled(tmp_path: Path) -> None:
+    cluster = _cluster(10)
+    with _processor(cluster, tmp_path, commit_interval_ms=1) as processor:
+        _until_running(processor)
+        producer = cluster.producers[0]
+        producer.fail["commit"] = kafka_exception(KafkaError._TIMED_OUT, abortable=True)
+        deadline = time.monotonic() + 10
+        while cluster.group_offsets != {("in", 0): 5, ("in", 1): 5}:
+            assert time.monotonic() < deadline
+            processor.poll_once(0.01)
+        assert processor.aborted == 1 and processor.commits >= 1
+    assert _outputs(cluster) == list(range(10))
+
+
+def test_a_new_instance_restores_the_stores_from_the_changelog(tmp_path: Path) -> None:
+    cluster = _cluster(20)
+    with _processor(cluster, tmp_path / "first") as processor:
+        _until_running(processor)
+        processor.poll_once(0.01)
+        processor.commit()
+        before = {k: v for s in processor.stores("sums").values() for k, v in s.items()}
+    restored: list[Any] = []
+    with _processor(cluster, tmp_path / "second", on_restored=restored.append) as processor:
+        _until_running(processor)
+        after = {k: v for s in processor.stores("sums").values() for k, v in s.items()}
+    assert after == before == {"k0": 5, "k1": 5, "k2": 5, "k3": 5}
+    assert sorted(r.partition for r in restored) == list(range(PARTITIONS))
+    assert sum(r.records_restored for r in restored) == 4
