@@ -440,6 +440,7 @@ def test_kill_9_at_every_step_of_a_salvage_leaves_the_directory_before_or_after(
         assert again.returncode == 0, (k, again.stdout, again.stderr)
         assert log_files(partition) == after, k
         shutil.rmtree(trial)
+    print("salvage kill -9 outcomes", outcomes)
     assert outcomes["before"] and outcomes["after"], outcomes
 
 
@@ -472,3 +473,47 @@ def test_kill_9_at_every_step_of_rebuild_checkpoints(tmp_path: Path, template: P
 def records_of_copy(partition: Path, scratch: Path) -> list[Rec]:
     shutil.copytree(partition, scratch)
     return records(scratch)
+
+
+def test_kill_9_at_every_step_of_a_truncate_leaves_a_prefix_and_the_rerun_finishes(
+    tmp_path: Path, template: Path
+) -> None:
+    """Truncation is not all-or-nothing (docs/recovery.md, K4: segments above the cut go
+    newest first): killed halfway, the log opens as a prefix of the old one holding
+    everything below the cut, or is refused as before; run again, it ends as after."""
+    name = "carts-changelog-0"
+    scratch = tmp_path / "scratch"
+    shutil.copytree(template, scratch)
+    original = records(scratch / name)
+    cut = 30
+    args = ["repair", "truncate", "{}", "--offset", str(cut), "--apply", "--split-transactions"]
+    after_dir = tmp_path / "after"
+    shutil.copytree(template, after_dir)
+    full = run_child(0, [a.format(after_dir / name) for a in args])
+    assert full.returncode == 0, full.stderr
+    steps = int(full.stdout.rsplit("STEPS", 1)[1])
+    after = log_files(after_dir / name)
+    outcomes = {"before": 0, "after": 0, "prefix": 0}
+    for k in range(1, steps + 1):
+        trial = tmp_path / f"k{k}"
+        shutil.copytree(template, trial)
+        partition = trial / name
+        killed = run_child(k, [a.format(partition) for a in args])
+        assert killed.returncode == -signal.SIGKILL, (k, killed.stdout, killed.stderr)
+        found = records(partition)  # the loader finishes what the kill left
+        assert found == original[: len(found)], k  # a prefix, nothing altered
+        assert [r for r in found if r[0] < cut] == [r for r in original if r[0] < cut], k
+        kind = (
+            "before"
+            if found == original
+            else "after"
+            if max(r[0] for r in found) < cut
+            else "prefix"
+        )
+        outcomes[kind] += 1
+        again = run_child(0, [a.format(partition) for a in args])
+        assert again.returncode == 0, (k, again.stdout, again.stderr)
+        assert log_files(partition) == after, k
+        shutil.rmtree(trial)
+    print("truncate kill -9 outcomes", outcomes)
+    assert outcomes["before"] and outcomes["after"], outcomes
