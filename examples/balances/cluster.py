@@ -356,6 +356,7 @@ def run_worker(
     last_work = time.monotonic()
     assignment: list[int] = []
     standbys: list[int] = []
+    standby_lag: dict[int, dict[str, int | None]] = {}
     aborted = 0
     try:
         while not stop.stopped:
@@ -367,6 +368,9 @@ def run_worker(
             if processor.standby_partitions != standbys:
                 standbys = processor.standby_partitions
                 _emit("standbys", partitions=standbys)
+            if standbys and (lag := processor.standby_lag()) != standby_lag:
+                standby_lag = lag
+                _emit("standby-lag", lag={str(p): stores for p, stores in lag.items()})
             if processor.aborted != aborted:
                 aborted = processor.aborted
                 error = processor.last_commit_error

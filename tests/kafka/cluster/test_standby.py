@@ -17,6 +17,19 @@ from statestore.kafka.topics import watermarks
 from tests.kafka.cluster.helpers import wait_caught_up
 
 
+def wait_standby_caught_up(worker: Any, partition: str, timeout_s: float = 60) -> None:
+    """Wait until the worker's latest ``standby-lag`` event says 0 for every store of
+    ``partition`` (the worker prints one whenever its standbys' lag changes)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lags = [e["lag"] for e in worker.all_events() if e["event"] == "standby-lag"]
+        stores = lags[-1].get(partition) if lags else None
+        if stores and all(lag == 0 for lag in stores.values()):
+            return
+        assert time.monotonic() < deadline, f"standby of {partition} not caught up: {lags[-3:]}"
+        time.sleep(0.05)
+
+
 def test_placement_is_a_ring_over_sorted_member_ids() -> None:
     owners = {"b": [2, 3], "a": [0, 1], "c": [4, 5]}
     assert standby_partitions(owners, "a", 1) == {4, 5}
@@ -42,12 +55,11 @@ def test_failover_to_a_standby_restores_only_the_tail(
         worker.wait_for(lambda e: e["event"] == "standbys" and len(e["partitions"]) == 1)
     for start in range(0, 1500, 150):  # ten commits or more: hundreds of changelog records
         balances.feed(bootstrap, txns[start : start + 150], app)
-        time.sleep(0.3)
-    wait_caught_up(bootstrap, app)
-    time.sleep(2)  # the standbys tail the last commits
+        wait_caught_up(bootstrap, app)  # this chunk committed before the next is fed
     (moved,) = next(
         e["partitions"] for e in reversed(first.all_events()) if e["event"] == "assignment"
     )
+    wait_standby_caught_up(second, str(moved))  # the standby has tailed the last commits
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = changelog_topic_name(app, balances.STORE_NAME)
     _low, high = watermarks(admin, topic, [moved])[moved]
