@@ -46,6 +46,7 @@ from statestore.stores.restore import RestoreProgress, RestoreResult, StateResto
 from statestore.stores.time.session import SessionStore
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore, ValueAndTimestamp
+from statestore.stores.time.versioned import VersionedKeyValueStore, VersionedRecord
 from statestore.stores.time.window import Windowed, WindowStore
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import TransactionCoordinator
@@ -96,6 +97,8 @@ __all__ = [
     "TransactionStateMissingError",
     "UnsupportedStoreOperationError",
     "ValueAndTimestamp",
+    "VersionedKeyValueStore",
+    "VersionedRecord",
     "WindowStore",
     "Windowed",
     "migrate_store",

@@ -112,6 +112,7 @@ from statestore.stores.time.session import SessionStore
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore
 from statestore.stores.time.top import wrap_time_store
+from statestore.stores.time.versioned import VersionedKeyValueStore
 from statestore.stores.time.window import WindowStore
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import FaultHook, TransactionCoordinator
@@ -466,6 +467,42 @@ class StateManager:
             progress=progress,
         )
         assert isinstance(top, SessionStore)  # the type follows the settings
+        return top
+
+    def versioned_store(
+        self,
+        name: str,
+        *,
+        history_retention_ms: int,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        key_type: type[Any] | None = None,
+        value_type: type[Any] | None = None,
+        log_config: LogConfig | None = None,
+        rocksdb: RocksDBConfig | None = None,
+        config: StoreConfig | None = None,
+        restore_listener: StateRestoreListener | None = None,
+        progress: ProgressHook | None = None,
+    ) -> VersionedKeyValueStore[Any, Any]:
+        """The versioned key-value store ``name`` (KIP-889; docs/time.md), opened and restored.
+
+        ``history_retention_ms`` is recorded in the store's metadata; the
+        changelog defaults to ``min_compaction_lag_ms`` = history retention + 1
+        day, as Kafka Streams creates it.  One partition.
+        """
+        top = self._open_time_store(
+            name,
+            TimeSettings.versioned_key_value(history_retention_ms=history_retention_ms),
+            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
+            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
+            partitions=1,
+            log_config=log_config,
+            rocksdb=rocksdb,
+            config=config,
+            restore_listener=restore_listener,
+            progress=progress,
+        )
+        assert isinstance(top, VersionedKeyValueStore)  # the type follows the settings
         return top
 
     def _open_time_store(

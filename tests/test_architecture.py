@@ -67,6 +67,7 @@ LAYERS: dict[str, int] = {
     "statestore.stores.time.timestamped": 17,
     "statestore.stores.time.window": 17,
     "statestore.stores.time.session": 17,
+    "statestore.stores.time.versioned": 17,
     "statestore.stores.time.top": 17,
     "statestore.manager": 18,
     "statestore.migrate": 18,

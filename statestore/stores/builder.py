@@ -278,7 +278,7 @@ def _open_partition(
         engine=engine,
         plan=plan,
         flush_interval_records=spec.config.flush_interval_records,
-        timestamped=spec.time is not None and spec.time.timestamped,
+        record_format="plain" if spec.time is None else spec.time.record_format,
     )
 
 

@@ -109,7 +109,7 @@ from statestore.stores.restore import (
     StateRestoreListener,
     restore_into,
 )
-from statestore.stores.time.layout import changelog_records
+from statestore.stores.time.layout import RecordFormat, changelog_records
 
 __all__ = ["ChangeLoggingStore"]
 
@@ -133,17 +133,19 @@ class ChangeLoggingStore:
         engine: RocksDBEngine,
         plan: RestorePlan,
         flush_interval_records: int,
-        timestamped: bool = False,
+        record_format: RecordFormat = "plain",
     ) -> None:
         """Take ownership of ``changelog`` and ``engine``; :meth:`restore` then carries out ``plan``.
 
-        ``timestamped`` selects the timestamped value format of
-        :mod:`statestore.stores.time.layout`: RocksDB values are
-        ``timestamp | value`` and each changelog record carries ``value`` with
-        ``timestamp`` as its CreateTime (a tombstone: the log's clock); restore
-        puts the timestamp back in front.
+        ``record_format`` (:mod:`statestore.stores.time.layout`) maps RocksDB
+        entries to changelog records: ``plain`` one to one; ``timestamped``
+        RocksDB values are ``timestamp | value`` and each changelog record
+        carries ``value`` with ``timestamp`` as its CreateTime (a tombstone: the
+        log's clock); ``versioned`` RocksDB keys are ``key | timestamp`` and
+        each record carries ``key`` at ``timestamp``.  Restore maps back.
         """
-        self._timestamped = timestamped
+        self._record_format = record_format
+        self._timestamped = record_format != "plain"
         self.store = store
         self.partition = partition
         self._changelog = changelog
@@ -229,7 +231,7 @@ class ChangeLoggingStore:
                 batch_records=batch_records,
                 listener=listener,
                 progress=progress,
-                timestamped=self._timestamped,
+                record_format=self._record_format,
             )
         except BaseException:
             self._move(StoreState.FAILED, "restore")
@@ -263,7 +265,9 @@ class ChangeLoggingStore:
         self._require_open("commit")
         try:
             if self._timestamped:
-                pairs, stamps = changelog_records(records, self._changelog.clock)
+                pairs, stamps = changelog_records(
+                    self._record_format, records, self._changelog.clock
+                )
                 info = self._changelog.append(pairs, timestamps=stamps)
             else:
                 info = self._changelog.append(records)
@@ -288,7 +292,9 @@ class ChangeLoggingStore:
         self._require_open("commit")
         try:
             if self._timestamped:
-                pairs, stamps = changelog_records(records, self._changelog.clock)
+                pairs, stamps = changelog_records(
+                    self._record_format, records, self._changelog.clock
+                )
                 return self._changelog.append_transactional(
                     pairs,
                     producer_id=producer_id,

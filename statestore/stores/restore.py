@@ -78,7 +78,7 @@ from changelog.record.batch import decode_key_values, decode_records, key_value_
 from statestore.config import RestoreMode
 from statestore.errors import AppliedOffsetMismatchError, RestoreError, StoreEngineError
 from statestore.stores.engine import RocksDBEngine
-from statestore.stores.time.layout import restored_pairs
+from statestore.stores.time.layout import RecordFormat, restored_pairs
 
 __all__ = [
     "DataBatches",
@@ -310,13 +310,13 @@ def replay(
     batch_records: int,
     listener: StateRestoreListener | None = None,
     progress: ProgressHook | None = None,
-    timestamped: bool = False,
+    record_format: RecordFormat = "plain",
 ) -> int:
     """Apply the changelog records in ``[start_offset, end_offset)`` to ``engine``; returns the count.
 
-    ``timestamped``: the store keeps ``timestamp | value`` in RocksDB
-    (:mod:`statestore.stores.time.layout`), so each record's CreateTime is put
-    back in front of its value.
+    ``record_format`` other than ``plain`` (:mod:`statestore.stores.time.layout`):
+    each record's CreateTime goes back into the RocksDB entry (in front of the
+    value, or after the key of a versioned store).
 
     Values are moved as bytes: the codec's record reader gives each log batch's
     ``(key, value)`` pairs (:func:`changelog.record.batch.key_value_pairs`) and
@@ -341,8 +341,10 @@ def replay(
             for file, position, header, data in read(start_offset):
                 if header.is_control:
                     continue
-                if timestamped:
-                    pairs += _timestamped_pairs(data, file, position, start_offset, end_offset)
+                if record_format != "plain":
+                    pairs += _timestamped_pairs(
+                        record_format, data, file, position, start_offset, end=end_offset
+                    )
                 elif header.base_offset < start_offset or header.last_offset >= end_offset:
                     pairs += _pairs_in_range(data, file, position, start_offset, end_offset)
                 else:  # the common case: the whole batch
@@ -419,14 +421,17 @@ def _pairs_in_range(
 
 
 def _timestamped_pairs(
-    data: bytes, path: Path, position: int, start: int, end: int
+    record_format: RecordFormat, data: bytes, path: Path, position: int, start: int, *, end: int
 ) -> list[tuple[bytes | None, bytes | None]]:
-    """A timestamped store's ``(key, timestamp | value)`` of the records of ``data`` (at
-    ``position`` of ``path``) in ``[start, end)``."""
+    """A store in time's RocksDB entries from the records of ``data`` (at ``position`` of
+    ``path``) in ``[start, end)``, each record's timestamp put back (see ``record_format``)."""
     return restored_pairs(
-        (record.key, record.timestamp_ms, record.value)
-        for record in decode_records(data, path=path, position=position, validate=False)
-        if start <= record.offset < end
+        record_format,
+        (
+            (record.key, record.timestamp_ms, record.value)
+            for record in decode_records(data, path=path, position=position, validate=False)
+            if start <= record.offset < end
+        ),
     )
 
 
@@ -554,11 +559,11 @@ def restore_into(
     batch_records: int,
     listener: StateRestoreListener | None,
     progress: ProgressHook | None,
-    timestamped: bool = False,
+    record_format: RecordFormat = "plain",
 ) -> RestoreResult:
     """Step 2: replay ``log`` from ``plan.start_offset`` to its log end offset into ``engine``.
 
-    ``timestamped`` as in :func:`replay`.
+    ``record_format`` as in :func:`replay`.
 
     While the plan holds the cleaning barrier, the barrier sits at the start
     offset during the replay (until the restored state is flushed, only what
@@ -582,7 +587,7 @@ def restore_into(
         batch_records=batch_records,
         listener=listener,
         progress=progress,
-        timestamped=timestamped,
+        record_format=record_format,
     )
     if plan.hold_cleaning_barrier:
         log.cleaning_barrier_offset = log_end

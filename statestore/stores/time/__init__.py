@@ -1,4 +1,4 @@
-"""Stores in time: timestamped key-value, window and session stores over the one store stack.
+"""Stores in time: timestamped key-value, window, session and versioned stores over the one store stack.
 
 ::
 
@@ -9,13 +9,15 @@
     timestamped     TimestampedKeyValueStore: put with a timestamp, get_with_timestamp
     window          WindowStore: Kafka Streams' WindowStore
     session         SessionStore: Kafka Streams' SessionStore, session merging
+    versioned       VersionedKeyValueStore: KIP-889, as-of reads, history retention
     top             wrap_time_store: the top layer for a TimeSettings
 
 The lower layers carry two narrow capabilities for these stores, chosen by the
 builder from :class:`~statestore.stores.time.settings.TimeSettings`: the
-change-logging layer's *timestamped* value format (RocksDB holds
-``timestamp | value``; the changelog record holds ``value`` with the timestamp
-as its CreateTime), and the segmented engine.  The top layers wrap the typed
+change-logging layer's record format (``timestamped``: RocksDB holds
+``timestamp | value``, the changelog record ``value`` with the timestamp as
+its CreateTime; ``versioned``: RocksDB holds ``key | timestamp``, the changelog
+record ``key`` at that time), and the segmented engine.  The top layers wrap the typed
 store of raw bytes (:class:`~statestore.stores.typed.KeyValueStore` with
 :class:`~statestore.serdes.BytesSerde`), so buffering, commits, transactions,
 metrics and lifecycle are the key-value store's own.

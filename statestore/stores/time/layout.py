@@ -38,6 +38,19 @@ n       8        int64    end           the session's last record time, ms
 n+8     8        int64    start         the session's first record time, ms
 ======  =======  =======  ============  =========================================
 
+Versioned store (RocksDB; Kafka Streams' changelog of a versioned store
+holds ``key`` -> ``value`` with ``timestamp`` as CreateTime, a delete as a
+tombstone at its timestamp):
+
+======  =======  =======  ============  =========================================
+offset  size     type     field         notes
+======  =======  =======  ============  =========================================
+0       n        bytes    key           RocksDB key: the serialized key ...
+n       8        int64    timestamp     ... and the version's valid-from time
+0       1        uint8    flag          RocksDB value: 1 a value, 0 a tombstone
+1       m        bytes    value         the changelog record's value (flag 1)
+======  =======  =======  ============  =========================================
+
 Segmented RocksDB key (:mod:`statestore.stores.time.segments`; not in the
 changelog):
 
@@ -62,7 +75,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final
+from typing import Final, Literal
 
 __all__ = [
     "SEGMENT_ID",
@@ -72,8 +85,11 @@ __all__ = [
     "SESSION_SUFFIX_BYTES",
     "TIMESTAMP",
     "TIMESTAMP_BYTES",
+    "TOMBSTONE_VERSION",
+    "VALUE_VERSION",
     "WINDOW_SUFFIX",
     "WINDOW_SUFFIX_BYTES",
+    "RecordFormat",
     "changelog_records",
     "join_timestamp",
     "key_range_upper_bound",
@@ -83,8 +99,12 @@ __all__ = [
     "split_session_key",
     "split_timestamp",
     "split_windowed_key",
+    "versioned_key",
     "windowed_key",
 ]
+
+RecordFormat = Literal["plain", "timestamped", "versioned"]
+"""How the change-logging layer maps a store's RocksDB entries to changelog records."""
 
 TIMESTAMP: Final = struct.Struct(">q")
 """A timestamp (int64 BE)."""
@@ -105,6 +125,10 @@ SESSION_SUFFIX: Final = struct.Struct(
 )
 """What follows the key bytes in a session key."""
 SESSION_SUFFIX_BYTES: Final = SESSION_SUFFIX.size
+VALUE_VERSION: Final = b"\x01"
+"""First byte of a versioned store's RocksDB value holding a value."""
+TOMBSTONE_VERSION: Final = b"\x00"
+"""A versioned store's RocksDB value of a delete (a tombstone version)."""
 SEGMENT_ID: Final = struct.Struct(">Q")
 """A segment id (uint64 BE): the prefix of a segmented RocksDB key."""
 SEGMENT_PREFIX_BYTES: Final = SEGMENT_ID.size
@@ -148,13 +172,20 @@ def segment_prefix(segment_id: int) -> bytes:
 
 
 def changelog_records(
-    records: Mapping[bytes, bytes | None], now_ms: Callable[[], int]
+    record_format: RecordFormat,
+    records: Mapping[bytes, bytes | None],
+    now_ms: Callable[[], int],
 ) -> tuple[list[tuple[bytes, bytes | None]], list[int]]:
-    """A timestamped store's commit as the changelog takes it: ``(key, value)`` pairs and timestamps.
+    """A commit of a store in time as the changelog takes it: ``(key, value)`` pairs and timestamps.
 
-    Each ``timestamp | value`` becomes ``value`` with ``timestamp`` as the
-    record's CreateTime; a tombstone is stamped ``now_ms()`` (once per call).
+    ``timestamped``: each ``timestamp | value`` becomes ``value`` with
+    ``timestamp`` as the record's CreateTime; a tombstone is stamped
+    ``now_ms()`` (once per call).  ``versioned``: each ``key | timestamp`` ->
+    ``flag | value`` becomes ``key`` -> ``value`` (``None`` for a tombstone
+    version) at ``timestamp``.
     """
+    if record_format == "versioned":
+        return _versioned_changelog_records(records)
     pairs: list[tuple[bytes, bytes | None]] = []
     stamps: list[int] = []
     now: int | None = None
@@ -172,11 +203,38 @@ def changelog_records(
 
 
 def restored_pairs(
+    record_format: RecordFormat,
     records: Iterable[tuple[bytes | None, int, bytes | None]],
 ) -> list[tuple[bytes | None, bytes | None]]:
-    """Changelog ``(key, timestamp, value)`` as a timestamped store's RocksDB entries (timestamp in front)."""
+    """Changelog ``(key, timestamp, value)`` as the store's RocksDB entries (inverse of :func:`changelog_records`)."""
     pack = TIMESTAMP.pack
+    if record_format == "versioned":
+        return [
+            (
+                None if key is None else key + pack(stamp),
+                TOMBSTONE_VERSION if value is None else VALUE_VERSION + value,
+            )
+            for key, stamp, value in records
+        ]
     return [(key, None if value is None else pack(stamp) + value) for key, stamp, value in records]
+
+
+def _versioned_changelog_records(
+    records: Mapping[bytes, bytes | None],
+) -> tuple[list[tuple[bytes, bytes | None]], list[int]]:
+    pairs: list[tuple[bytes, bytes | None]] = []
+    stamps: list[int] = []
+    unpack = TIMESTAMP.unpack_from
+    for key, value in records.items():
+        stamps.append(unpack(key, len(key) - TIMESTAMP_BYTES)[0])
+        data = None if value is None or value[:1] != VALUE_VERSION else value[1:]
+        pairs.append((key[:-TIMESTAMP_BYTES], data))
+    return pairs, stamps
+
+
+def versioned_key(key: bytes, timestamp_ms: int) -> bytes:
+    """``key | timestamp``: a versioned store's RocksDB key."""
+    return key + TIMESTAMP.pack(timestamp_ms)
 
 
 def key_range_upper_bound(last: bytes, max_suffix: bytes) -> bytes:

@@ -85,8 +85,8 @@ class SegmentedEngine(RocksDBEngine):
     ) -> None:
         """Use :meth:`open_segmented`."""
         super().__init__(path, db, config, label)
-        self._interval = settings.segment_interval_ms
-        self._retention = settings.retention_ms
+        self._interval = settings.engine_segment_interval_ms
+        self._retention = settings.engine_retention_ms
         self._suffix = settings.key_suffix_bytes
         raw = self.meta(_STREAM_TIME_META)
         self._stream_time = _NO_STREAM_TIME if raw is None else int(TIMESTAMP.unpack(raw)[0])

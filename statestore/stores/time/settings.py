@@ -27,7 +27,12 @@ import attrs
 
 from changelog import LogConfig
 from statestore.errors import InvalidStoreConfigError
-from statestore.stores.time.layout import SESSION_SUFFIX_BYTES, WINDOW_SUFFIX_BYTES
+from statestore.stores.time.layout import (
+    SESSION_SUFFIX_BYTES,
+    TIMESTAMP_BYTES,
+    WINDOW_SUFFIX_BYTES,
+    RecordFormat,
+)
 
 __all__ = [
     "ADDITIONAL_RETENTION_MS",
@@ -36,8 +41,10 @@ __all__ = [
     "TimeSettings",
 ]
 
-StoreType = Literal["timestamped-key-value", "window", "session"]
-_STORE_TYPES: Final = ("timestamped-key-value", "window", "session")
+StoreType = Literal["timestamped-key-value", "window", "session", "versioned-key-value"]
+_STORE_TYPES: Final = ("timestamped-key-value", "window", "session", "versioned-key-value")
+_NEVER: Final = 2**62
+"""A versioned store's engine segment interval and retention: one segment that never expires."""
 
 ADDITIONAL_RETENTION_MS: Final = 24 * 3600 * 1000
 """Kafka Streams' ``windowstore.changelog.additional.retention.ms`` default (one day)."""
@@ -121,26 +128,64 @@ class TimeSettings:
             segment_interval_ms=segment_interval_ms,
         )
 
+    @classmethod
+    def versioned_key_value(cls, *, history_retention_ms: int) -> TimeSettings:
+        """A versioned key-value store's settings (KIP-889's ``historyRetention``)."""
+        _check_positive("history_retention_ms", history_retention_ms)
+        return cls(store_type="versioned-key-value", retention_ms=history_retention_ms)
+
+    @property
+    def record_format(self) -> RecordFormat:
+        """The change-logging layer's record format (:mod:`statestore.stores.time.layout`)."""
+        if self.store_type == "versioned-key-value":
+            return "versioned"
+        return "timestamped" if self.timestamped else "plain"
+
+    @property
+    def engine_retention_ms(self) -> int:
+        """The segmented engine's retention (a versioned store's single segment never expires)."""
+        return _NEVER if self.store_type == "versioned-key-value" else self.retention_ms
+
+    @property
+    def engine_segment_interval_ms(self) -> int:
+        """The segmented engine's segment interval (a versioned store: one segment)."""
+        return _NEVER if self.store_type == "versioned-key-value" else self.segment_interval_ms
+
     @property
     def timestamped(self) -> bool:
         """Whether RocksDB values are ``timestamp | value`` (the change-logging layer's format).
 
         Session stores keep plain values (Kafka Streams' session stores are not timestamped).
         """
-        return self.store_type != "session"
+        return self.store_type in ("timestamped-key-value", "window")
 
     @property
     def segmented(self) -> bool:
         """Whether RocksDB is segmented by time (:class:`~statestore.stores.time.segments.SegmentedEngine`)."""
-        return self.store_type in ("window", "session")
+        return self.store_type != "timestamped-key-value"
 
     @property
     def key_suffix_bytes(self) -> int:
-        """The fixed-size suffix after the key bytes of a segmented store's changelog key."""
+        """The fixed-size suffix after the key bytes of a segmented store's RocksDB key (before its segment id)."""
+        if self.store_type == "versioned-key-value":
+            return TIMESTAMP_BYTES
         return SESSION_SUFFIX_BYTES if self.store_type == "session" else WINDOW_SUFFIX_BYTES
 
     def changelog_config(self, base: LogConfig) -> LogConfig:
-        """``base`` as this store's changelog needs it (window, session: ``compact,delete`` + retention)."""
+        """``base`` as this store's changelog needs it.
+
+        Window, session: ``compact,delete`` with retention + 1 day; versioned:
+        ``min_compaction_lag_ms`` = history retention + 1 day (Kafka Streams'
+        versioned changelog), so the cleaner keeps the history a restore needs
+        (``max_compaction_lag_ms`` raised to it if below).
+        """
+        if self.store_type == "versioned-key-value":
+            lag = self.retention_ms + ADDITIONAL_RETENTION_MS
+            return attrs.evolve(
+                base,
+                min_compaction_lag_ms=lag,
+                max_compaction_lag_ms=max(base.max_compaction_lag_ms, lag),
+            )
         if not self.segmented:
             return base
         return attrs.evolve(

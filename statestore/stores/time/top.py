@@ -13,6 +13,7 @@ from statestore.stores.time.base import TimeStoreBase
 from statestore.stores.time.session import SessionStore
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore
+from statestore.stores.time.versioned import VersionedKeyValueStore
 from statestore.stores.time.window import WindowStore
 from statestore.stores.typed import KeyValueStore
 
@@ -28,6 +29,10 @@ def wrap_time_store(
     now_ms: Callable[[], int],
 ) -> TimeStoreBase[Any, Any]:
     """The store type of ``settings`` over ``inner`` (built by the builder for ``settings``)."""
+    if settings.store_type == "versioned-key-value":
+        return VersionedKeyValueStore(
+            inner, settings, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms
+        )
     if settings.store_type == "session":
         return SessionStore(
             inner, settings, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms

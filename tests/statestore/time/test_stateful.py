@@ -1,6 +1,6 @@
 """Hypothesis state machines over the stores in time against plain models, time moving forward.
 
-Timestamped key-value, window and session stores (session merges included).
+Timestamped key-value, window, session (merges included) and versioned stores.
 
 Steps: puts (window starts both late and ahead of the stream time), deletes,
 commit, abort, compact (roll + forced cleaning passes), reopen (clean
@@ -32,6 +32,7 @@ from statestore.config import RestoreMode, StoreConfig
 from statestore.manager import StateManager
 from statestore.serdes import LongSerde
 from statestore.stores.time.timestamped import ValueAndTimestamp
+from statestore.stores.time.versioned import VersionedRecord
 from statestore.stores.time.window import Windowed
 from tests.statestore.helpers import NO_CLEANER, engine_of
 
@@ -47,6 +48,7 @@ class _Restarts(RuleBasedStateMachine):
     """Open/close/crash/compact shared by both machines; subclasses open their store."""
 
     name = "s"
+    clock_ms = NOW
 
     def __init__(self) -> None:
         super().__init__()
@@ -391,9 +393,90 @@ class SessionMachine(_Restarts):
             ]
 
 
+class VersionedMachine(_Restarts):
+    """A versioned store against ``{(key, timestamp): value or None}`` plus the stream time.
+
+    The clock stands at 0, so the changelog's ``min_compaction_lag_ms`` keeps
+    every version from the cleaner (the history a restore needs).
+    """
+
+    name = "ver"
+    clock_ms = 0
+
+    def __init__(self) -> None:
+        self.committed: dict[tuple[str, int], int | None] = {}
+        self.committed_stream_time = -1
+        super().__init__()
+
+    def _open_store(self, config: StoreConfig) -> Any:
+        return self.manager.versioned_store(
+            self.name, history_retention_ms=RETENTION, value_serde=LongSerde(), config=config
+        )
+
+    def _stream_time(self) -> int:
+        return max([self.committed_stream_time, *(stamp for _k, stamp in self.pending)])
+
+    def _merged(self) -> dict[tuple[str, int], int | None]:
+        return {**self.committed, **self.pending}
+
+    def _expected(self, key: str, as_of: int | None) -> VersionedRecord[int] | None:
+        versions = sorted((t, v) for (k, t), v in self._merged().items() if k == key)
+        if as_of is not None and as_of < self._stream_time() - RETENTION:
+            return None
+        older = [(t, v) for t, v in versions if as_of is None or t <= as_of]
+        if not older or older[-1][1] is None:
+            return None
+        stamp, value = older[-1]
+        later = [t for t, _v in versions if t > stamp]
+        return VersionedRecord(value, stamp, later[0] if later else None)
+
+    def _check_committed(self) -> None:
+        assert self.store.stream_time_ms == self.committed_stream_time
+        self.matches_model()
+
+    @rule(key=WKEYS, ahead=st.integers(-150, 60), value=st.integers(0, 1000))
+    def put(self, key: str, ahead: int, value: int) -> None:
+        stamp = max(0, self._stream_time() + ahead)
+        kept = self.store.put(key, value, stamp)
+        assert kept == (stamp >= max(self._stream_time(), stamp) - RETENTION)
+        if kept:
+            self.pending[(key, stamp)] = value
+
+    @rule(key=WKEYS, ahead=st.integers(-150, 20))
+    def delete(self, key: str, ahead: int) -> None:
+        stamp = max(0, self._stream_time() + ahead)
+        previous = self.store.delete(key, stamp)
+        assert previous == self._expected(key, stamp)
+        if stamp >= self._stream_time() - RETENTION:
+            self.pending[(key, stamp)] = None
+
+    @rule()
+    def commit(self) -> None:
+        self.store.commit()
+        self.committed_stream_time = self._stream_time()
+        self.committed = self._merged()
+        self.pending = {}
+
+    @rule()
+    def abort(self) -> None:
+        self.store.abort()
+        self.pending = {}
+
+    @invariant()
+    def matches_model(self) -> None:
+        assert self.store.stream_time_ms == self._stream_time()
+        now = max(0, self._stream_time())
+        for key in ("a", "ab", ""):
+            assert self.store.get(key) == self._expected(key, None)
+            for as_of in range(max(0, now - 160), now + 20, 7):
+                assert self.store.get(key, as_of) == self._expected(key, as_of)
+
+
 TestTimestamped = TimestampedMachine.TestCase
 TestTimestamped.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
 TestWindow = WindowMachine.TestCase
 TestWindow.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
 TestSession = SessionMachine.TestCase
 TestSession.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
+TestVersioned = VersionedMachine.TestCase
+TestVersioned.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
