@@ -21,6 +21,12 @@ Cases (medians over interleaved repetitions):
     partition opened, planned and flushed), from the first ``add`` until every task
     is handed back; (b) a local store with ``P`` partitions holding the same keys,
     reopened with ``restore_mode="full"`` (the baseline).
+``restart``
+    One worker of ``examples.balances.cluster`` owning two partitions is ``kill -9`` ed
+    and started again with the same ``--instance``: seconds from the new process's
+    start until it runs both partitions, with ``--static-membership`` (the broker
+    hands the instance its partitions back) and without (the baseline: the dead
+    member holds them until the session timeout).
 ``eos``
     Exactly-once commits with :func:`statestore.kafka.commit.commit_tasks` and a
     real transactional producer (``retry.backoff.ms=10``, ``linger.ms=5``): each
@@ -479,13 +485,61 @@ def case_failover(bootstrap: str, txns: int, reps: int) -> list[Result]:
     ]
 
 
+def _restart_once(bootstrap: str, static: bool, work: Path, protocol: str = "consumer") -> float:
+    """Seconds from the restart of a ``kill -9`` ed worker until it runs its partitions again."""
+    from examples.balances import cluster  # noqa: PLC0415
+    from examples.balances.cluster_demo import WorkerProcess  # noqa: PLC0415
+
+    app = f"restart-{time.monotonic_ns()}"
+    cluster.create_topics(bootstrap, 2, app)
+    extra = ("--group-protocol", protocol, *(("--static-membership",) if static else ()))
+    worker = WorkerProcess(bootstrap, app, work, f"{app}-a", *extra)
+    try:
+        worker.wait(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2)
+        worker.kill()
+        restarted = time.perf_counter()
+        worker = WorkerProcess(bootstrap, app, work, f"{app}-a", *extra)
+        worker.wait(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2, 120)
+        return time.perf_counter() - restarted
+    finally:
+        worker.stop()
+
+
+def case_restart(bootstrap: str, reps: int) -> list[Result]:
+    results = []
+    for protocol in ("consumer", "classic"):
+        static: list[float] = []
+        dynamic: list[float] = []
+        with scratch_dir("cluster-restart") as d:
+            for _ in range(reps):
+                static.append(_restart_once(bootstrap, True, d, protocol))
+                dynamic.append(_restart_once(bootstrap, False, d, protocol))
+        results.append(
+            Result(
+                name=f"restart after kill -9 until running, static ({protocol} protocol)",
+                value=median(static),
+                unit="s",
+                baseline_name="dynamic membership",
+                baseline_value=median(dynamic),
+                samples=static,
+                baseline_samples=dynamic,
+                group="cluster",
+                note="one worker, 2 partitions; 6 s session timeout (classic: 10 s);"
+                " includes the process start",
+            )
+        )
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the cases against a broker started here; print the table and the JSON line."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_bench")
     parser.add_argument("--size", choices=sorted(SIZES), default="quick")
     parser.add_argument("--reps", type=int)
     parser.add_argument(
-        "--only", choices=["restore"], help="only the restore cases (1 and 6/48 partitions)"
+        "--only",
+        choices=["restore", "restart"],
+        help="only the restore cases (1 and 6/48 partitions) or the restart case",
     )
     args = parser.parse_args(argv)
     sizes = SIZES[args.size]
@@ -493,11 +547,15 @@ def main(argv: list[str] | None = None) -> int:
     with scratch_dir("cluster-broker") as work:
         broker = _broker(work / "broker")
         try:
-            results = case_restore(broker.bootstrap_servers, sizes["restore_keys"], reps)
-            results += case_restore_partitions(
-                broker.bootstrap_servers, sizes["restore_keys"], reps
-            )
-            print_table(results)
+            results = []
+            if args.only in {None, "restore"}:
+                results += case_restore(broker.bootstrap_servers, sizes["restore_keys"], reps)
+                results += case_restore_partitions(
+                    broker.bootstrap_servers, sizes["restore_keys"], reps
+                )
+                print_table(results)
+            if args.only in {None, "restart"}:
+                results += case_restart(broker.bootstrap_servers, reps)
             if args.only is None:
                 results += case_eos(broker.bootstrap_servers, sizes, reps)
                 print_table(results)

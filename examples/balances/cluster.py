@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgpack
 
@@ -267,6 +267,8 @@ def run_worker(
     staleness_margin_ms: int = 60_000,
     exit_when_idle_s: float | None = None,
     standby_replicas: int = 0,
+    static_membership: bool = False,
+    group_protocol: Literal["consumer", "classic"] = "consumer",
 ) -> None:
     """One worker process: run the processor until SIGTERM (events as JSON lines on stdout).
 
@@ -338,6 +340,8 @@ def run_worker(
         max_poll_interval_ms=max_poll_interval_ms,
         transaction_timeout_ms=transaction_timeout_ms,
         num_standby_replicas=standby_replicas,
+        static_membership=static_membership,
+        group_protocol=group_protocol,
         changelog=ChangelogTopicConfig(
             delete_retention_ms=delete_retention_ms, staleness_margin_ms=staleness_margin_ms
         ),
@@ -396,6 +400,10 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--stall-s", type=float, default=0.0)
     worker.add_argument("--max-poll-interval-ms", type=int, default=300_000)
     worker.add_argument("--standby-replicas", type=int, default=0)
+    worker.add_argument(
+        "--static-membership", action="store_true", help="group.instance.id = the instance"
+    )
+    worker.add_argument("--group-protocol", choices=["consumer", "classic"], default="consumer")
     worker.add_argument("--transaction-timeout-ms", type=int, default=10_000)
     worker.add_argument("--delete-retention-ms", type=int, default=86_400_000)
     worker.add_argument("--staleness-margin-ms", type=int, default=60_000)
@@ -430,6 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_poll_interval_ms=args.max_poll_interval_ms,
             transaction_timeout_ms=args.transaction_timeout_ms,
             standby_replicas=args.standby_replicas,
+            static_membership=args.static_membership,
+            group_protocol=args.group_protocol,
             delete_retention_ms=args.delete_retention_ms,
             staleness_margin_ms=args.staleness_margin_ms,
         )

@@ -124,6 +124,10 @@ class ProcessorConfig:
     back without a rebalance within the session timeout, and a second process with the same
     ``instance_id`` is refused by the broker.  A clean shutdown then keeps the partitions
     until the session timeout (librdkafka leaves a static member's group only temporarily)."""
+    static_rejoin_timeout_ms: int = attrs.field(default=60_000, validator=_at_least(0))
+    """With static membership: how long a starting process keeps joining while the broker
+    still holds its ``instance_id`` for a dead predecessor (until that member's session
+    timeout, 45 s by default); still refused after this, it is a real duplicate."""
     processing_guarantee: ProcessingGuarantee = attrs.field(
         default="exactly_once_v2", validator=_one_of(_GUARANTEES)
     )

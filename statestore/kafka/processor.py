@@ -224,6 +224,8 @@ class Processor:
         """Input records processed (a record replayed after a rewind counts again)."""
         self._fatal: BaseException | None = None
         self._abandoned = False
+        self._ever_assigned = False
+        self._unreleased_until = 0.0
         self._failed_commits = 0
         self._commit_backoff_s = 0.0
         self._known_topics: set[str] = set(config.output_topics)
@@ -355,13 +357,8 @@ class Processor:
                 changelog=config.changelog,
                 wall_clock_ms=self._wall_clock_ms,
             )
-        self._consumer = self._clients.consumer(self._consumer_config())
-        self._consumer.subscribe(
-            list(config.input_topics),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self._join()
+        self._unreleased_until = time.monotonic() + config.static_rejoin_timeout_ms / 1000
         logger.info(
             "processor %s (%s) started: %s partitions of %s, %s",
             config.application_id,
@@ -370,6 +367,41 @@ class Processor:
             ",".join(config.input_topics),
             config.processing_guarantee,
         )
+
+    def _join(self) -> None:
+        """A new main consumer, subscribed (at start, and after an unreleased static id)."""
+        self._consumer = self._clients.consumer(self._consumer_config())
+        self._consumer.subscribe(
+            list(self._config.input_topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def _rejoin_if_unreleased(self, error: Any) -> bool:
+        """Join again if the broker still holds our static ``instance_id`` for a dead process.
+
+        After a ``kill -9`` the broker keeps a static member until its session
+        timeout, and refuses a new member with the same ``group.instance.id``
+        (UNRELEASED_INSTANCE_ID, a fatal consumer error in librdkafka).  Before
+        its first assignment, for ``static_rejoin_timeout_ms``, the processor
+        starts a new consumer once a second instead of stopping; a process
+        that still holds the id after that is a real duplicate.
+        """
+        if (
+            not self._config.static_membership
+            or self._ever_assigned
+            or "instance ID is still used" not in error.str()
+            or time.monotonic() >= self._unreleased_until
+        ):
+            return False
+        logger.warning(
+            "static instance %s not released yet: joining again", self._config.instance_id
+        )
+        self._consumer.close()
+        time.sleep(1.0)  # not a member yet: no poll interval to keep
+        self._join()
+        return True
 
     def __enter__(self) -> Processor:
         self.start()
@@ -394,6 +426,7 @@ class Processor:
             consumer.assign(partitions)
         if partitions:
             consumer.pause(partitions)
+            self._ever_assigned = True
         for tp in partitions:
             task = self._tasks.get(tp.partition)
             if task is None:
@@ -595,6 +628,8 @@ class Processor:
         for message in messages:
             error = message.error()
             if error is not None:
+                if error.name() == "_FATAL" and self._rejoin_if_unreleased(error):
+                    return processed
                 if error.fatal() or error.name() == "_FATAL":
                     self._fatal = KafkaClientError("consume", error.name(), error.str())
                     raise self._fatal

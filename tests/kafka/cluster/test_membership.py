@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from examples.balances import cluster as balances
 from scripts.kafka.broker import KafkaBroker
 from statestore.kafka import KafkaClientError, Processor, RebalanceEvent
 from tests.kafka.cluster.oracle import PARTITIONS, App, run_until
@@ -72,7 +74,9 @@ def test_a_second_process_with_the_same_static_instance_id_is_refused(
 ) -> None:
     app = app_factory("member-dup")
     first = app.processor(tmp_path / "a", instance_id="same", static_membership=True)
-    twin = app.processor(tmp_path / "b", instance_id="same", static_membership=True)
+    twin = app.processor(
+        tmp_path / "b", instance_id="same", static_membership=True, static_rejoin_timeout_ms=3000
+    )
     errors: list[KafkaClientError] = []
     with first:
         run_until(_poll_all(first), lambda: len(first.assignment) == PARTITIONS)
@@ -149,3 +153,22 @@ def test_standby_lag_is_reported_per_partition(
         assert metrics["task-states"] == dict.fromkeys(second.assignment, "running")
         assert metrics["commit-total"] >= 1 and metrics["process-total"] >= 1
     app.check()
+
+
+def test_a_static_member_restarted_after_kill_9_joins_once_the_broker_releases_it(
+    cluster: KafkaBroker, workers: Callable[..., Any]
+) -> None:
+    # The broker holds a static member that died without leaving until its session
+    # timeout, refusing the restarted process's join meanwhile (UNRELEASED_INSTANCE_ID):
+    # the processor keeps joining instead of stopping, and runs once released.
+    app = "member-kill9"
+    balances.create_topics(cluster.bootstrap_servers, 2, app)
+    first = workers("s1", app, "--static-membership")
+    first.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2)
+    first.kill()
+    again = workers("s1", app, "--static-membership")
+    again.wait_for(
+        lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2,
+        timeout_s=SESSION_TIMEOUT_S * 5,
+    )
+    again.wait_for_log("not released yet", lambda _line: True, timeout_s=5)
