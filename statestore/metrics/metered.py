@@ -34,7 +34,6 @@ stop reading once :meth:`MeteredStore.close` has begun).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -44,6 +43,7 @@ from changelog.record.control import ControlRecordType
 from statestore.metrics.definitions import by_name
 from statestore.metrics.registry import Counter, MetricsRegistry, Tags
 from statestore.stores.bytes_store import BytesStore
+from statestore.stores.commit_lock import CommitLock
 from statestore.stores.participant import Participant, Records
 from statestore.stores.restore import ProgressHook, RestoreProgress, RestoreResult
 
@@ -352,7 +352,7 @@ class MeteredParticipant:
         return self._inner.changelog
 
     @property
-    def commit_lock(self) -> threading.Lock:
+    def commit_lock(self) -> CommitLock:
         """The wrapped partition's commit lock."""
         return self._inner.commit_lock
 

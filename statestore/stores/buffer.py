@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -57,6 +56,7 @@ from changelog.native import compiled
 from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, StoreEngineError
 from statestore.stores.bytes_store import ChangeLogging
+from statestore.stores.commit_lock import CommitLock
 from statestore.stores.participant import Participant, Records
 
 if TYPE_CHECKING:
@@ -103,7 +103,9 @@ class WriteBuffer:
         self._read_error = inner.read_error
         self._inner_get_many = inner.get_many
         self._pending: dict[bytes, bytes | None] = {}
-        self.commit_lock = threading.Lock()
+        self.commit_lock = CommitLock()
+        self._take = 0
+        """The number of the last :meth:`take` (its commit is recorded on the lock when it succeeds)."""
         """Held by whoever commits this partition (the coordinator): one commit at a time."""
         self._fast: Pending | None = (
             None if _PENDING is None else _PENDING(self._pending, inner.lookup)
@@ -259,6 +261,7 @@ class WriteBuffer:
         A copy of the dict (one C call: atomic under the GIL), no tuple per
         record (docs/performance.md, "Measurements behind the store layers").
         """
+        self._take = self.commit_lock.next_take()  # numbered before the copy: see CommitLock
         return self._pending.copy()
 
     def write(self, records: Records) -> int:
@@ -276,6 +279,7 @@ class WriteBuffer:
             self.forget(records)
             raise
         self.forget(records)
+        self.commit_lock.committed(self._take)
         return count
 
     def append_transactional(
@@ -312,6 +316,7 @@ class WriteBuffer:
     ) -> None:
         """T5 of a transaction: ``records`` into RocksDB (see :meth:`ChangeLoggingStore.apply`)."""
         self._inner.apply(records, applied_offset, meta=meta)
+        self.commit_lock.committed(self._take)
 
     def forget(self, records: Records | Sequence[tuple[bytes, bytes | None]]) -> None:
         """Drop from the buffer exactly the writes ``records`` committed, nothing newer.

@@ -16,12 +16,12 @@ that lock (writes from the store's user thread may go on meanwhile: see
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from changelog import AppendInfo, Log
 from changelog.record.control import ControlRecordType
+from statestore.stores.commit_lock import CommitLock
 
 __all__ = ["Committer", "Participant", "Records"]
 
@@ -50,8 +50,8 @@ class Participant(Protocol):
         ...
 
     @property
-    def commit_lock(self) -> threading.Lock:
-        """Held by whoever commits this partition (one commit at a time)."""
+    def commit_lock(self) -> CommitLock:
+        """Held by whoever commits this partition (one commit at a time, in arrival order)."""
         ...
 
     @property

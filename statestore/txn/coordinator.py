@@ -107,7 +107,10 @@ parallel (threads running scoped ``manager.transaction(a, b)`` blocks: see
 :mod:`statestore.txn.scope`, which :attr:`TransactionCoordinator.scopes`
 holds): their T2 fsyncs overlap and their T3 records share the decision
 log's group-commit fsyncs.  Each participant's ``commit_lock`` serializes
-commits of one partition (taken in (store, partition) order: no deadlock);
+commits of one partition (taken in (store, partition) order: no deadlock),
+hands itself to waiting committers in arrival order, and lets a one-partition
+committer whose writes another commit already carried return without a commit
+of its own (group commit of one store: :mod:`statestore.stores.commit_lock`);
 ``_lock`` guards ``_waiting``, the coordinator's log appends and ``_failed``,
 and is never held across an fsync; :attr:`~TransactionCoordinator.visibility`
 is held across T5 (RocksDB writes only) and by multi-partition readers while
@@ -144,7 +147,11 @@ from changelog.limits import INT16_MAX
 from changelog.log import wall_clock_ms
 from changelog.log_dir import parse_topic_partition, peek_batch_headers
 from changelog.record.control import ControlRecordType
-from statestore.errors import TransactionCoordinatorError, TransactionStateMissingError
+from statestore.errors import (
+    CommitFailedError,
+    TransactionCoordinatorError,
+    TransactionStateMissingError,
+)
 from statestore.stores.participant import Participant, Records
 from statestore.txn.record import (
     TRANSACTIONAL_ID,
@@ -455,11 +462,21 @@ class TransactionCoordinator:
         self._check_usable()
         if len(participants) == 1:  # one partition (every one-partition store): no transaction
             member = participants[0]
+            if member.failed:  # an earlier commit failed after its append: nothing is acknowledged
+                raise CommitFailedError(
+                    member.store, member.partition, written=True, detail="the partition failed"
+                )
             if not member.pending_count:
                 return 0
-            with member.commit_lock:
+            lock = member.commit_lock
+            ticket = lock.ticket()  # group commit: another commit may carry these writes
+            if not lock.acquire_unless_covered(ticket):
+                return 0  # a commit that took them has succeeded: durable, nothing to do
+            try:
                 records = member.take()
                 return member.write(records) if records else 0
+            finally:
+                lock.release()
         chosen: dict[int, Participant] = {}
         for member in participants:
             if member.pending_count:
