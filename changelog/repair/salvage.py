@@ -39,6 +39,11 @@ The salvage protocol (each step a fault point of :mod:`changelog.fs.files`),
 built on the cleaner's swap so that the loader finishes or undoes it
 (``docs/recovery.md``, passes L3-L5):
 
+- **V0** delete what an undecided segment replace left (``.cleaned`` files, the
+  ``.swap`` files at or above them, ``*.tmp``), as the loader's L1 and L3 would:
+  a salvage killed before its decision is finished by running it again, even in
+  a directory the loader refuses.
+
 - **V1** only when the log end offset goes down (the last segment lost its
   tail): delete ``.kafka_cleanshutdown``; lower ``recovery-point-offset-checkpoint``
   to the base offset of the last segment, and the cleaner checkpoints to the
@@ -104,6 +109,8 @@ __all__ = [
     "SegmentRewrite",
     "TransactionLoss",
     "apply_salvage",
+    "complete_decided_replace",
+    "has_decided_replace",
     "plan_salvage",
 ]
 
@@ -187,6 +194,8 @@ class SalvagePlan:
     directory: Path
     topic: str
     partition: int
+    stale_files: tuple[Path, ...]
+    """Leftovers of an undecided segment replace, deleted at V0 (the loader's L1, L3)."""
     rewrites: tuple[SegmentRewrite, ...]
     lost: tuple[LostRange, ...]
     dropped: tuple[DroppedBatch, ...]
@@ -207,8 +216,8 @@ class SalvagePlan:
 
     @property
     def nothing_to_do(self) -> bool:
-        """Whether every segment is whole valid batches already."""
-        return not self.rewrites
+        """Whether every segment is whole valid batches already (and nothing is left over)."""
+        return not self.rewrites and not self.stale_files
 
     @property
     def lowers_log_end(self) -> bool:
@@ -218,7 +227,10 @@ class SalvagePlan:
     def steps(self) -> list[str]:
         """The protocol steps (module docstring) this plan runs, one line each."""
         d = self.directory
-        out: list[str] = []
+        out: list[str] = [
+            f"V0 delete {path.name} (left by a segment replace that did not finish)"
+            for path in self.stale_files
+        ]
         if self.lowers_log_end:
             if self.had_clean_shutdown:
                 out.append(f"V1 delete {d / files.CLEAN_SHUTDOWN_FILE}")
@@ -347,6 +359,59 @@ def _read_segments(segments: list[SegmentFile]) -> list[_Segment]:
     return out
 
 
+def _base(path: Path) -> int:
+    parsed = files.parse_base_offset(path.name)
+    assert parsed is not None  # protocol_leftovers returns segment files only
+    return parsed[0]
+
+
+def _undecided_replace(directory: Path) -> tuple[Path, ...]:
+    """The files of a segment replace that did not reach its decision (the loader's L1, L3).
+
+    With a ``.cleaned`` file present the replace (an earlier salvage killed in V2-V3, or
+    a cleaner pass in S1-S2) is undecided: the loader deletes every ``.cleaned`` file and
+    every ``.swap`` at or above the lowest ``.cleaned`` base offset, and the segments are
+    the old ones; salvage does the same at V0, so a salvage killed halfway is finished by
+    running it again even when the loader refuses the directory.  Only ``.swap`` files
+    (a decided replace) are refused: the loader completes them at the next open.
+    """
+    leftovers = protocol_leftovers(directory)
+    cleaned = [p for p in leftovers if p.name.endswith(files.CLEANED_SUFFIX)]
+    if not leftovers:
+        return tuple(sorted(directory.glob("*.tmp")))
+    if not cleaned:
+        raise RepairRefusedError(
+            leftovers[0],
+            "a decided segment replace (.swap files without .cleaned ones) is in the"
+            " directory; the loader completes it at the next open (`repair salvage --apply`"
+            " opens the log for that first), then plan the salvage again",
+        )
+    lowest = min(_base(p) for p in cleaned)
+    swaps = [p for p in leftovers if p.name.endswith(files.SWAP_SUFFIX)]
+    below = [p for p in swaps if _base(p) < lowest]
+    if below:
+        raise RepairRefusedError(
+            below[0],
+            "a decided segment replace below an undecided one; open the log once so that the"
+            " loader completes it, then plan the salvage again",
+        )
+    return tuple(sorted([*cleaned, *swaps, *directory.glob("*.tmp")]))
+
+
+def has_decided_replace(directory: Path) -> bool:
+    """Whether ``directory`` holds ``.swap`` files and no ``.cleaned`` one (a decided replace)."""
+    leftovers = protocol_leftovers(Path(directory))
+    return bool(leftovers) and not any(p.name.endswith(files.CLEANED_SUFFIX) for p in leftovers)
+
+
+def complete_decided_replace(directory: Path, *, config: LogConfig | None = None) -> None:
+    """Open and close the log: the loader completes a decided replace (L4-L5), as after V3.
+
+    Raises what the open raises (a directory the loader refuses for another reason).
+    """
+    Log.open(Path(directory), config=config).close()
+
+
 def plan_salvage(directory: Path) -> SalvagePlan:
     """Plan the salvage of ``directory`` (read-only; module docstring).
 
@@ -355,13 +420,7 @@ def plan_salvage(directory: Path) -> SalvagePlan:
     """
     directory = Path(directory)
     topic, partition = parse_topic_partition(directory)
-    leftovers = protocol_leftovers(directory)
-    if leftovers:
-        raise RepairRefusedError(
-            leftovers[0],
-            "an interrupted segment replace (.swap/.cleaned files) is in the directory; open the"
-            " log once so that the loader completes it, then plan the salvage again",
-        )
+    stale = _undecided_replace(directory)
     files_ = segment_files(directory)
     if not files_:
         raise RepairRefusedError(directory, "no segment (.log) files: nothing to salvage")
@@ -515,6 +574,7 @@ def plan_salvage(directory: Path) -> SalvagePlan:
         directory=directory,
         topic=topic,
         partition=partition,
+        stale_files=stale,
         rewrites=tuple(rewrites),
         lost=tuple(lost),
         dropped=tuple(dropped),
@@ -542,7 +602,8 @@ def _check_unchanged(plan: SalvagePlan) -> None:
                 f"changed since the plan was made ({size} bytes then, {now.get(path)} now);"
                 " plan again",
             )
-    if protocol_leftovers(plan.directory):
+    leftovers = set(protocol_leftovers(plan.directory))
+    if not leftovers <= set(plan.stale_files):
         raise RepairRefusedError(plan.directory, "a segment replace appeared; plan again")
 
 
@@ -558,6 +619,10 @@ def apply_salvage(plan: SalvagePlan, *, config: LogConfig | None = None) -> int:
     topic, partition = plan.topic, plan.partition
     with DirectoryLock(directory):
         _check_unchanged(plan)
+        for path in plan.stale_files:  # V0, as the loader's L1 and L3
+            files.delete_file(path, "repair.V0.delete")
+        if plan.stale_files:
+            files.fsync_dir(directory, "repair.V0.fsync_dir")
         if plan.lowers_log_end:  # V1
             marker = directory / files.CLEAN_SHUTDOWN_FILE
             if files.delete_file(marker, "repair.V1.delete_marker"):

@@ -156,6 +156,7 @@ def salvage_doc(
         "log_end_offset_after": plan.log_end_offset_after,
         "torn_tail": plan.torn_tail,
         "kept_batches": plan.kept_batches,
+        "stale_files": [str(path) for path in plan.stale_files],
         "rewrites": [
             {
                 "path": str(r.segment.path),
@@ -206,6 +207,8 @@ def _offsets(first: int, end: int | None) -> str:
 
 def _print(plan: SalvagePlan, doc: dict[str, Any], out: TextIO, state_dir: Path | None) -> None:
     out.write(f"salvage {plan.directory}\n\n")
+    for path in plan.stale_files:
+        out.write(f"left over: {path.name} (a segment replace that did not finish: deleted)\n")
     for lost in doc["lost"]:
         out.write(
             f"unreadable: {Path(lost['path']).name} bytes [{lost['position']},"
@@ -311,7 +314,12 @@ def _print(plan: SalvagePlan, doc: dict[str, Any], out: TextIO, state_dir: Path 
 
 def cmd_salvage(args: argparse.Namespace, out: TextIO) -> int:
     """Rewrite damaged segments with their valid batches only (dry run unless ``--apply``)."""
-    from changelog.repair.salvage import apply_salvage, plan_salvage  # noqa: PLC0415
+    from changelog.repair.salvage import (  # noqa: PLC0415
+        apply_salvage,
+        complete_decided_replace,
+        has_decided_replace,
+        plan_salvage,
+    )
     from statestore.cli.remedy import (  # noqa: PLC0415
         partition_arg,
         partition_locks,
@@ -323,6 +331,12 @@ def cmd_salvage(args: argparse.Namespace, out: TextIO) -> int:
     found_state_dir = state_dir_of(partition)
     state_dir = None if found_state_dir is None else partition.parent  # as the user gave it
     with partition_locks(partition, apply=args.apply, out=out):
+        if args.apply and has_decided_replace(partition):
+            out.write(
+                f"{partition}: a decided segment replace (.swap files) is there, as a salvage"
+                " killed after its decision leaves it; the loader completes it first\n"
+            )
+            complete_decided_replace(partition, config=recorded_log_config(partition)[0])
         plan = plan_salvage(partition)
         coordinator = None if state_dir is None else read_coordinator_log(state_dir)
         doc = salvage_doc(plan, coordinator, state_dir)

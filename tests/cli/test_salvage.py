@@ -14,7 +14,6 @@ remedy, and the directory must then be exactly as before or as after.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import shutil
@@ -258,10 +257,21 @@ def test_salvage_refuses_nothing_to_do_and_leftovers(
     nothing = run_cli(["repair", "salvage", str(carts)], capsys)
     assert nothing.status == 0
     assert "nothing to salvage" in nothing.out
-    (carts / "00000000000000000026.log.cleaned").write_bytes(b"")
-    refused = run_cli(["repair", "salvage", str(carts), "--apply"], capsys)
-    assert refused.status == 1
-    assert "interrupted segment replace" in refused.err
+    stale = carts / "00000000000000000026.log.cleaned"  # an undecided replace's leftover
+    stale.write_bytes(b"")
+    done = run_cli(["repair", "salvage", str(carts), "--apply"], capsys)
+    assert done.status == 0, done.err
+    assert "left over: 00000000000000000026.log.cleaned" in done.out
+    assert not stale.exists()
+    decided = carts / "00000000000000000026.log.swap"  # a decided replace: the same bytes
+    decided.write_bytes((carts / "00000000000000000026.log").read_bytes())
+    dry = run_cli(["repair", "salvage", str(carts)], capsys)
+    assert dry.status == 1
+    assert "a decided segment replace" in dry.err
+    completed = run_cli(["repair", "salvage", str(carts), "--apply"], capsys)
+    assert completed.status == 0, completed.err
+    assert "the loader completes it first" in completed.out
+    assert not decided.exists()
 
 
 # --------------------------------------------------------------------------- truncate
@@ -362,8 +372,9 @@ def hook(step, path):
     if seen == k:
         os.kill(os.getpid(), signal.SIGKILL)
 with inject_faults(hook):
-    main(sys.argv[2:])
+    status = main(sys.argv[2:])
 print("STEPS", seen)
+sys.exit(status)
 """
 
 
@@ -408,10 +419,17 @@ def test_kill_9_at_every_step_of_a_salvage_leaves_the_directory_before_or_after(
     for segment, index in (("00000000000000000026.log", 2), ("00000000000000000052.log", 5)):
         position, _offset = data_batch_at(carts / segment, index)
         flip(carts / segment, position + 30)
-    # the log end moves too (step V1): damage at the end of the active segment, after the
-    # clean close (the loader refuses to cut it)
+    # the active segment: its first batch flipped (a valid one follows: the loader refuses
+    # the directory whatever the checkpoints say), and the log end moves too (step V1):
+    # zeros after the last batch, after the clean close
     active = carts / "00000000000000000078.log"
+    position, _offset = data_batch_at(active, 0)
+    flip(active, position + 30)
     active.write_bytes(active.read_bytes() + b"\x00" * 30)
+    refused = tmp_path / "refused"
+    shutil.copytree(damaged, refused)
+    with pytest.raises(ChangelogError):
+        records(refused / carts.name)
     original = log_files(carts)
 
     after_dir = tmp_path / "after"
@@ -432,10 +450,8 @@ def test_kill_9_at_every_step_of_a_salvage_leaves_the_directory_before_or_after(
         now = effective_segments(partition)
         assert now in (original, after), k
         outcomes["before" if now == original else "after"] += 1
-        # the way back: the loader finishes or undoes the swap at the next open (a refused
-        # open has changed nothing), then the remedy run again finishes the job
-        with contextlib.suppress(ChangelogError):
-            open_once(partition)
+        # the way back: the remedy run again (its V0 deletes an undecided replace; a
+        # decided one the loader completes at the open that follows it)
         again = run_child(0, ["repair", "salvage", str(partition), "--apply"])
         assert again.returncode == 0, (k, again.stdout, again.stderr)
         assert log_files(partition) == after, k
