@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from examples.balances import cluster as balances
+from examples.balances.transactions import generate
 from scripts.kafka.broker import KafkaBroker
 from statestore.kafka import KafkaClientError, Processor, RebalanceEvent
+from tests.kafka.cluster.helpers import wait_caught_up
 from tests.kafka.cluster.oracle import PARTITIONS, App, run_until
 
 SESSION_TIMEOUT_S = 6
@@ -172,3 +174,26 @@ def test_a_static_member_restarted_after_kill_9_joins_once_the_broker_releases_i
         timeout_s=SESSION_TIMEOUT_S * 5,
     )
     again.wait_for_log("not released yet", lambda _line: True, timeout_s=5)
+
+
+def test_classic_static_member_restarted_after_kill_9_resumes_before_its_session_expires(
+    cluster: KafkaBroker, workers: Callable[..., Any]
+) -> None:
+    # The classic protocol (KIP-345 proper): a static member that rejoins replaces its dead
+    # predecessor at once; a dynamic one would wait for the session timeout (10 s here).
+    app = "member-classic"
+    balances.create_topics(cluster.bootstrap_servers, 2, app)
+    flags = ("--static-membership", "--group-protocol", "classic")
+    first = workers("c1", app, *flags)
+    first.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2)
+    first.kill()
+    restarted = time.monotonic()
+    again = workers("c1", app, *flags)
+    again.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2, timeout_s=60)
+    took_s = time.monotonic() - restarted
+    assert took_s < 10, f"{took_s:.1f}s: the restart waited for the session timeout"
+    txns = list(generate(300, 20, seed=5))
+    balances.feed(cluster.bootstrap_servers, txns, app)
+    wait_caught_up(cluster.bootstrap_servers, app)
+    ok, detail = balances.verify(cluster.bootstrap_servers, txns, app)
+    assert ok, detail
