@@ -31,9 +31,11 @@ from statestore.errors import (
 from statestore.serdes import Serde
 from statestore.stores.lifecycle import StoreState
 from statestore.stores.participant import Participant
+from statestore.stores.time.layout import TIMESTAMP
+from statestore.stores.time.segments import STREAM_TIME_KEY
 from statestore.stores.typed import KeyValueStore
 
-__all__ = ["TimeStoreBase"]
+__all__ = ["StreamTimeStore", "TimeStoreBase"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -182,3 +184,51 @@ class TimeStoreBase(Generic[K, V]):
     def __repr__(self) -> str:
         """Type, name and state."""
         return f"{type(self).__name__}({self._name!r}, state={self.state.value})"
+
+
+class StreamTimeStore(TimeStoreBase[K, V]):
+    """A store in time over the segmented engine: it has a stream time (window, session, versioned).
+
+    Thread-safety and lifecycle: as :class:`TimeStoreBase`.
+    """
+
+    def __init__(
+        self,
+        inner: KeyValueStore[bytes, bytes],
+        *,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        now_ms: Callable[[], int],
+    ) -> None:
+        """As :class:`TimeStoreBase`; ``inner``'s engine is a segmented one."""
+        super().__init__(inner, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms)
+        self._stream_time_cache = -1
+        """The stream time, committed and buffered: valid while writes are pending (see :meth:`_stream_time`)."""
+
+    # ------------------------------------------------------------- stream time
+
+    @property
+    def stream_time_ms(self) -> int:
+        """The largest segment time put so far (``-1``: none), buffered puts included.
+
+        A window's start, a session's end, a version's timestamp.
+        """
+        self._check("stream_time")
+        return self._stream_time()
+
+    def _stream_time(self) -> int:
+        """The stream time; read from the engine only when nothing is pending.
+
+        With nothing pending, the last commit (or abort) has settled it: the
+        segmented engine answers :data:`STREAM_TIME_KEY` with the committed
+        one.  While writes are pending it is that value raised by each
+        buffered put (:meth:`_advance`), so a put costs no engine read.
+        """
+        if not self._inner.pending_count:
+            raw = self._inner.get(STREAM_TIME_KEY)
+            self._stream_time_cache = -1 if raw is None else int(TIMESTAMP.unpack(raw)[0])
+        return self._stream_time_cache
+
+    def _advance(self, time_ms: int) -> None:
+        """A put at ``time_ms`` was buffered."""
+        self._stream_time_cache = max(self._stream_time_cache, time_ms)

@@ -33,15 +33,13 @@ from typing import TypeVar
 
 from statestore.errors import DeserializationError, InvalidTimestampError
 from statestore.serdes import Serde
-from statestore.stores.time.base import TimeStoreBase
+from statestore.stores.time.base import StreamTimeStore
 from statestore.stores.time.layout import (
     SESSION_SUFFIX_BYTES,
-    TIMESTAMP,
     key_range_upper_bound,
     session_key,
     split_session_key,
 )
-from statestore.stores.time.segments import STREAM_TIME_KEY
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.window import Windowed
 from statestore.stores.typed import KeyValueStore
@@ -54,7 +52,7 @@ V = TypeVar("V")
 _TIME_MAX = 2**63 - 1
 
 
-class SessionStore(TimeStoreBase[K, V]):
+class SessionStore(StreamTimeStore[K, V]):
     """Kafka Streams' session store (see the module docstring).
 
     Obtain one from :meth:`statestore.StateManager.session_store`.  Sessions
@@ -75,7 +73,6 @@ class SessionStore(TimeStoreBase[K, V]):
         super().__init__(inner, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms)
         self._settings = settings
         self._retention = settings.retention_ms
-        self._pending_max = -1
         self.expired_records_dropped = 0
         """Puts and removes dropped because their session had expired."""
 
@@ -84,18 +81,8 @@ class SessionStore(TimeStoreBase[K, V]):
         """Retention and segment interval."""
         return self._settings
 
-    @property
-    def stream_time_ms(self) -> int:
-        """The largest session end put so far (``-1``: none), buffered puts included."""
-        self._check("stream_time")
-        raw = self._inner.get(STREAM_TIME_KEY)
-        stored = -1 if raw is None else int(TIMESTAMP.unpack(raw)[0])
-        if self._inner.pending_count:
-            return max(stored, self._pending_max)
-        return stored
-
     def _oldest_visible_end(self) -> int:
-        stream_time = self.stream_time_ms
+        stream_time = self._stream_time()
         return 0 if stream_time < 0 else max(0, stream_time - self._retention + 1)
 
     def _session_bytes(self, session: Windowed[K]) -> tuple[bytes, int, int]:
@@ -111,14 +98,12 @@ class SessionStore(TimeStoreBase[K, V]):
         """Store ``aggregate`` for ``session`` (``None``: remove it) at the next commit."""
         self._check("put")
         key, start, end = self._session_bytes(session)
-        if end <= max(self.stream_time_ms, end) - self._retention:
+        if end <= max(self._stream_time(), end) - self._retention:
             self.expired_records_dropped += 1
             return
         data = None if aggregate is None else self._value_bytes(aggregate)
-        if not self._inner.pending_count:
-            self._pending_max = -1
         self._inner.put(session_key(key, start, end), data)
-        self._pending_max = max(self._pending_max, end)
+        self._advance(end)
 
     def remove(self, session: Windowed[K]) -> None:
         """Remove ``session`` (a tombstone in the changelog)."""

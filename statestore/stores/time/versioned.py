@@ -31,7 +31,7 @@ import attrs
 
 from statestore.errors import DeserializationError
 from statestore.serdes import Serde
-from statestore.stores.time.base import TimeStoreBase
+from statestore.stores.time.base import StreamTimeStore
 from statestore.stores.time.layout import (
     TIMESTAMP,
     TIMESTAMP_BYTES,
@@ -39,7 +39,6 @@ from statestore.stores.time.layout import (
     VALUE_VERSION,
     versioned_key,
 )
-from statestore.stores.time.segments import STREAM_TIME_KEY
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.typed import KeyValueStore
 
@@ -60,7 +59,7 @@ class VersionedRecord(Generic[V]):
     valid_to_ms: int | None = None
 
 
-class VersionedKeyValueStore(TimeStoreBase[K, V]):
+class VersionedKeyValueStore(StreamTimeStore[K, V]):
     """KIP-889's versioned key-value store (see the module docstring).
 
     Obtain one from :meth:`statestore.StateManager.versioned_store`.
@@ -79,7 +78,6 @@ class VersionedKeyValueStore(TimeStoreBase[K, V]):
         super().__init__(inner, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms)
         self._settings = settings
         self._history = settings.retention_ms
-        self._pending_max = -1
         self.expired_records_dropped = 0
         """Puts and deletes dropped because they were older than the history retention."""
 
@@ -87,16 +85,6 @@ class VersionedKeyValueStore(TimeStoreBase[K, V]):
     def history_retention_ms(self) -> int:
         """How far behind the stream time versions stay readable (``as_of``) and writable."""
         return self._history
-
-    @property
-    def stream_time_ms(self) -> int:
-        """The largest timestamp put so far (``-1``: none), buffered puts included."""
-        self._check("stream_time")
-        raw = self._inner.get(STREAM_TIME_KEY)
-        stored = -1 if raw is None else int(TIMESTAMP.unpack(raw)[0])
-        if self._inner.pending_count:
-            return max(stored, self._pending_max)
-        return stored
 
     # ----------------------------------------------------------------- writes
 
@@ -110,13 +98,11 @@ class VersionedKeyValueStore(TimeStoreBase[K, V]):
         stamp = self._timestamp("timestamp_ms", timestamp_ms)
         key_bytes = self._key_bytes(key)
         data = TOMBSTONE_VERSION if value is None else VALUE_VERSION + self._value_bytes(value)
-        if stamp < max(self.stream_time_ms, stamp) - self._history:
+        if stamp < max(self._stream_time(), stamp) - self._history:
             self.expired_records_dropped += 1
             return False
-        if not self._inner.pending_count:
-            self._pending_max = -1
         self._inner.put(versioned_key(key_bytes, stamp), data)
-        self._pending_max = max(self._pending_max, stamp)
+        self._advance(stamp)
         return True
 
     def delete(self, key: K, timestamp_ms: int) -> VersionedRecord[V] | None:
@@ -139,7 +125,7 @@ class VersionedKeyValueStore(TimeStoreBase[K, V]):
             high = _TIME_MAX
         else:
             high = self._timestamp("as_of_timestamp_ms", as_of_timestamp_ms)
-            if high < self.stream_time_ms - self._history:
+            if high < self._stream_time() - self._history:
                 return None
         found = next(self._versions(key_bytes, 0, high, reverse=True), None)
         if found is None:

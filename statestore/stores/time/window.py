@@ -43,9 +43,8 @@ import attrs
 
 from statestore.errors import DeserializationError
 from statestore.serdes import Serde
-from statestore.stores.time.base import TimeStoreBase
+from statestore.stores.time.base import StreamTimeStore
 from statestore.stores.time.layout import (
-    TIMESTAMP,
     TIMESTAMP_BYTES,
     WINDOW_SUFFIX_BYTES,
     join_timestamp,
@@ -54,7 +53,6 @@ from statestore.stores.time.layout import (
     split_windowed_key,
     windowed_key,
 )
-from statestore.stores.time.segments import STREAM_TIME_KEY
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.timestamped import ValueAndTimestamp
 from statestore.stores.typed import KeyValueStore
@@ -76,7 +74,7 @@ class Windowed(Generic[K]):
     end_ms: int
 
 
-class WindowStore(TimeStoreBase[K, V]):
+class WindowStore(StreamTimeStore[K, V]):
     """Kafka Streams' window store (see the module docstring).
 
     Obtain one from :meth:`statestore.StateManager.window_store`.
@@ -98,8 +96,6 @@ class WindowStore(TimeStoreBase[K, V]):
         self._retention = settings.retention_ms
         self._retain_duplicates = settings.retain_duplicates
         self._seqnum = 0
-        self._pending_max = -1
-        """The largest window start put since the last commit (meaningful while writes are pending)."""
         self.expired_records_dropped = 0
         """Puts dropped because their window had expired."""
 
@@ -108,19 +104,9 @@ class WindowStore(TimeStoreBase[K, V]):
         """Window size, retention, segment interval, duplicates."""
         return self._settings
 
-    @property
-    def stream_time_ms(self) -> int:
-        """The largest window start put so far (``-1``: none), buffered puts included."""
-        self._check("stream_time")
-        raw = self._inner.get(STREAM_TIME_KEY)
-        stored = -1 if raw is None else int(TIMESTAMP.unpack(raw)[0])
-        if self._inner.pending_count:
-            return max(stored, self._pending_max)
-        return stored
-
     def _oldest_visible(self) -> int:
         """The smallest window start that has not expired."""
-        stream_time = self.stream_time_ms
+        stream_time = self._stream_time()
         return 0 if stream_time < 0 else max(0, stream_time - self._retention + 1)
 
     # ----------------------------------------------------------------- writes
@@ -138,7 +124,7 @@ class WindowStore(TimeStoreBase[K, V]):
         key_bytes = self._key_bytes(key)
         if value is None and self._retain_duplicates:
             return
-        stream_time = max(self.stream_time_ms, start)
+        stream_time = max(self._stream_time(), start)
         if start <= stream_time - self._retention:
             self.expired_records_dropped += 1
             return
@@ -151,10 +137,8 @@ class WindowStore(TimeStoreBase[K, V]):
                 self._timestamp("timestamp_ms", timestamp_ms), self._value_bytes(value)
             )
         )
-        if not self._inner.pending_count:
-            self._pending_max = -1
         self._inner.put(windowed_key(key_bytes, start, self._seqnum), data)
-        self._pending_max = max(self._pending_max, start)
+        self._advance(start)
 
     # ------------------------------------------------------------------ reads
 

@@ -1,0 +1,173 @@
+"""Window store put + commit and fetch against raw rocksdict with the same key layout.
+
+Workload: ``--users`` keys, one put per user per 1-second window, windows
+advancing (``--windows`` of them), a commit every 1,000 puts; retention 60 s
+in segments of 30 s, so segments expire and are dropped while the run goes.
+Values are counts (8-byte longs, :class:`~statestore.LongSerde`).
+
+Our side: :meth:`StateManager.window_store`, ``put`` + ``commit()`` (the
+changelog append fsynced per commit, RocksDB WAL off).  The baseline is the
+durable floor of the same work on raw rocksdict with statestore's RocksDB
+options: per commit one ``WriteBatch`` (WAL off) of ``segment id | key |
+start | seqnum`` -> ``timestamp | value``, the stream time, a ``delete_range``
+for expired segments, and an ``os.write`` + ``os.fsync`` of the same key and
+value bytes to an append-only file (no framing, no CRC, no Kafka batch, no
+offsets); no read-your-writes buffer, no serdes, no expiry filter.
+
+Fetch: ``fetch(key, now - 30 s, now)`` for every user (about 30 windows each),
+values decoded; the baseline seeks each live segment of the key and decodes
+the same bytes.
+
+Run: ``python -m benchmarks.window_bench [--users N] [--windows N]`` (under
+``flock /work/tools/.bench.lock`` on a shared machine).  Results go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+import rocksdict
+
+from benchmarks._harness import Stopwatch, Timing
+from benchmarks.baselines import engine_options, raw_open
+from statestore import LongSerde, StateManager, StateManagerConfig
+
+RETENTION_MS = 60_000
+SEGMENT_MS = 30_000
+WINDOW_MS = 1_000
+_SEG = struct.Struct(">Q")
+_SUFFIX = struct.Struct(">qi")
+_LONG = struct.Struct(">q")
+
+
+def ours(path: Path, users: list[str], windows: int) -> tuple[Timing, Timing]:
+    """Put + commit, then fetch, through a window store."""
+    config = StateManagerConfig(run_cleaner=False)
+    with StateManager(path, lambda: 0, config=config) as manager:
+        store = manager.window_store(
+            "w",
+            window_size_ms=WINDOW_MS,
+            retention_ms=RETENTION_MS,
+            segment_interval_ms=SEGMENT_MS,
+            value_serde=LongSerde(),
+        )
+        n = 0
+        sw = Stopwatch().start()
+        for window in range(windows):
+            start = window * WINDOW_MS
+            for user in users:
+                store.put(user, window, start, timestamp_ms=start)
+                n += 1
+                if n % 1000 == 0:
+                    store.commit()
+        store.commit()
+        put = sw.stop()
+        now = (windows - 1) * WINDOW_MS
+        sw = Stopwatch().start()
+        for user in users:
+            for _start, _value in store.fetch(user, now - 30_000, now):
+                pass
+        return put, sw.stop()
+
+
+def raw(path: Path, users: list[str], windows: int) -> tuple[Timing, Timing]:
+    """The durable floor of the same puts and fetches on raw rocksdict (see the module docstring)."""
+    db = raw_open(path, engine_options())
+    wo = rocksdict.WriteOptions()
+    wo.disable_wal = True  # type: ignore[method-assign, assignment]
+    fd = os.open(path.with_suffix(".append"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    keys = [user.encode() for user in users]
+    try:
+        stream_time = -1
+        live_from = 0
+        segments: set[int] = set()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        parts: list[bytes] = []
+        n = 0
+        sw = Stopwatch().start()
+
+        def commit() -> None:
+            nonlocal batch, parts, live_from
+            oldest = max(0, (stream_time - RETENTION_MS) // SEGMENT_MS)
+            if oldest > live_from:
+                batch.delete_range(_SEG.pack(0), _SEG.pack(oldest))
+                live_from = oldest
+            batch.put(b"stream-time", _LONG.pack(stream_time))
+            db.write(batch, wo)
+            os.write(fd, b"".join(parts))
+            os.fsync(fd)
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            parts = []
+
+        for window in range(windows):
+            start = window * WINDOW_MS
+            segment = start // SEGMENT_MS
+            segments.add(segment)
+            stream_time = max(stream_time, start)
+            for key in keys:
+                windowed = key + _SUFFIX.pack(start, 0)
+                value = _LONG.pack(start) + _LONG.pack(window)
+                batch.put(_SEG.pack(segment) + windowed, value)
+                parts.append(windowed)
+                parts.append(value)
+                n += 1
+                if n % 1000 == 0:
+                    commit()
+        commit()
+        put = sw.stop()
+        now = (windows - 1) * WINDOW_MS
+        low = now - 30_000
+        live = sorted(s for s in segments if s >= live_from)
+        sw = Stopwatch().start()
+        for key in keys:
+            lo_suffix = _SUFFIX.pack(max(low, 0), 0)
+            hi_suffix = _SUFFIX.pack(now, 0x7FFFFFFF)
+            for segment in live:
+                prefix = _SEG.pack(segment)
+                hi = prefix + key + hi_suffix
+                for stored, value in db.items(from_key=prefix + key + lo_suffix):
+                    if stored > hi:
+                        break
+                    if len(stored) == len(prefix) + len(key) + 12:
+                        _LONG.unpack_from(value, 8)
+        return put, sw.stop()
+    finally:
+        os.close(fd)
+        db.close()
+
+
+def main() -> None:
+    """Run both sides once each, interleaved twice, and print the medians' ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=1_000)
+    parser.add_argument("--windows", type=int, default=100)
+    args = parser.parse_args()
+    users = [f"user:{i:06d}" for i in range(args.users)]
+    puts = args.users * args.windows
+    results: dict[str, list[tuple[Timing, Timing]]] = {"ours": [], "raw": []}
+    for _round in range(2):
+        for name, run in (("ours", ours), ("raw", raw)):
+            with tempfile.TemporaryDirectory() as tmp:
+                results[name].append(run(Path(tmp) / name, users, args.windows))
+    for name, runs in results.items():
+        put = min(r[0].wall for r in runs)
+        fetch = min(r[1].wall for r in runs)
+        print(
+            f"{name:5s} put+commit {puts / put:10,.0f}/s ({put:.2f} s)   "
+            f"fetch {args.users / fetch:9,.0f} keys/s ({fetch:.2f} s)"
+        )
+    ours_put = min(r[0].wall for r in results["ours"])
+    raw_put = min(r[0].wall for r in results["raw"])
+    ours_fetch = min(r[1].wall for r in results["ours"])
+    raw_fetch = min(r[1].wall for r in results["raw"])
+    print(
+        f"ratio (ours/raw throughput): put {raw_put / ours_put:.2f}x, fetch {raw_fetch / ours_fetch:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
