@@ -236,7 +236,10 @@ class TaskStore(Generic[K, V]):
     :attr:`store` is the user-facing :class:`~statestore.KeyValueStore`.  The
     runtime reads :attr:`pending` (what to produce), then :meth:`apply`
     (after ``commit_transaction``) or :meth:`drop_pending` (after an abort).
-    See the module docstring.  Not thread-safe.
+    Both take the buffer's writes as they are when called, so they apply or
+    drop exactly what was produced only because nothing writes in between:
+    user code runs inside ``process`` on the processor's thread, which also
+    commits.  See the module docstring.  Not thread-safe.
     """
 
     def __init__(
