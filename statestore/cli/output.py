@@ -23,7 +23,7 @@ __all__ = [
     "write_json",
 ]
 
-VALUE_FORMATS: Final = ("auto", "str", "msgpack", "json", "int", "hex")
+VALUE_FORMATS: Final = ("auto", "str", "msgpack", "json", "int", "long", "hex")
 """How ``--key-format``/``--value-format`` render stored bytes."""
 
 _UNITS: Final = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -119,6 +119,12 @@ def decode_for_display(data: bytes | None, fmt: str) -> Any:
         if len(data) != 8:
             raise ValueError(f"an int (IntSerde) is 8 bytes, found {len(data)}")
         return int.from_bytes(data, "big") - (1 << 63)
+    if fmt == "long":
+        if len(data) != 8:
+            raise ValueError(
+                f"a long (LongSerde, Kafka's Serdes.Long) is 8 bytes, found {len(data)}"
+            )
+        return int.from_bytes(data, "big", signed=True)
     if fmt == "json":
         try:
             return json.loads(data)

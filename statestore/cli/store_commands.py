@@ -34,6 +34,10 @@ from statestore.cli.statedir import (
     recorded_log_config,
     select_stores,
 )
+from statestore.errors import StateStoreError
+from statestore.serdes import LongSerde
+from statestore.stores.metadata import read_metadata
+from statestore.stores.time.settings import TimeSettings
 
 __all__ = ["cmd_compact", "cmd_get", "cmd_restore", "cmd_scan"]
 
@@ -256,12 +260,80 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(jsonable(value), ensure_ascii=False)
 
 
+def _time_settings(state_dir: Path, store: str) -> TimeSettings | None:
+    """The recorded settings of a store in time (``None``: a key-value store or no metadata)."""
+    try:
+        meta = read_metadata(state_dir, store)
+    except StateStoreError:
+        return None
+    return None if meta is None else meta.time
+
+
+def _long_values(state_dir: Path, store: str, fmt: str) -> str:
+    """``long`` for ``auto`` when the store records Kafka's long serde (counts), else ``fmt``."""
+    if fmt != "auto":
+        return fmt
+    try:
+        meta = read_metadata(state_dir, store)
+    except StateStoreError:
+        return fmt
+    return "long" if meta is not None and meta.value_serde == LongSerde.serde_id else fmt
+
+
+def _time_entry(
+    time: TimeSettings, key: bytes, value: bytes, args: argparse.Namespace
+) -> tuple[Any, Any, dict[str, int]]:
+    """One entry of a store in time, decoded for display: key, value, time fields."""
+    try:
+        plain_key, fields, plain_value = time.split_entry(key, value)
+    except ValueError as exc:
+        raise UsageError(f"cannot decode a {time.store_type} entry: {exc}") from None
+    shown = None if plain_value is None else _display(plain_value, args.value_format)
+    return _display(plain_key, args.key_format), shown, fields
+
+
+def _time_key_text(key: Any, fields: dict[str, int]) -> str:
+    return " ".join([_text(key), *(f"{name}={value}" for name, value in fields.items())])
+
+
+def _cmd_get_in_time(args: argparse.Namespace, out: TextIO, time: TimeSettings, key: bytes) -> int:
+    """``get`` of a store in time: every window, session or version of the key."""
+    with _open_store(args.state_dir, args.store, full_restore=False) as (_manager, store):
+        found = [
+            _time_entry(time, stored, value, args)
+            for stored, value in store.prefix_scan(key)
+            if time.split_entry(stored, value)[0] == key
+        ]
+    if args.json:
+        write_json(
+            out,
+            {
+                "key": args.key,
+                "found": bool(found),
+                "entries": [{**fields, "value": value} for _key, value, fields in found],
+            },
+        )
+    else:
+        for shown_key, value, fields in found:
+            out.write(f"{_time_key_text(shown_key, fields)}: {_text(value)}\n")
+    if not found and not args.json:
+        print(f"statestore: key {args.key!r} not found in store {args.store!r}", file=sys.stderr)
+    return 0 if found else 1
+
+
 def cmd_get(args: argparse.Namespace, out: TextIO) -> int:
-    """Print the value of one key (exit 1 if the key is absent)."""
+    """Print the value of one key (exit 1 if the key is absent).
+
+    For a store in time: every window, session or version of the key, with its time fields.
+    """
     try:
         key = encode_key(args.key, args.key_format)
     except ValueError as exc:
         raise UsageError(f"key: {exc}") from None
+    time = _time_settings(args.state_dir, args.store)
+    args.value_format = _long_values(args.state_dir, args.store, args.value_format)
+    if time is not None:
+        return _cmd_get_in_time(args, out, time, key)
     with _open_store(args.state_dir, args.store, full_restore=False) as (_manager, store):
         data = store.get(key)
     if data is None:
@@ -293,26 +365,48 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         raise UsageError(f"key: {exc}") from None
     entries: list[tuple[Any, Any]] = []
+    times: list[dict[str, int]] = []
+    time = _time_settings(args.state_dir, args.store)
+    args.value_format = _long_values(args.state_dir, args.store, args.value_format)
     with _open_store(args.state_dir, args.store, full_restore=False) as (_manager, store):
         if prefix is not None:
             source = store.prefix_scan(prefix, reverse=args.reverse)
         else:
             source = store.range(lo, hi, reverse=args.reverse)
         for key, value in source:
-            entries.append(
-                (
-                    _display(key, args.key_format),
-                    None if args.keys_only else _display(value, args.value_format),
+            if time is not None:  # a store in time: its layout decoded (docs/time.md)
+                shown_key, shown_value, fields = _time_entry(time, key, value, args)
+                entries.append((shown_key, None if args.keys_only else shown_value))
+                times.append(fields)
+            else:
+                entries.append(
+                    (
+                        _display(key, args.key_format),
+                        None if args.keys_only else _display(value, args.value_format),
+                    )
                 )
-            )
             if args.limit is not None and len(entries) >= args.limit:
                 break
     if args.json:
         if args.keys_only:
             write_json(out, {"keys": [key for key, _ in entries]})
+        elif times:
+            write_json(
+                out,
+                {
+                    "entries": [
+                        {"key": k, **fields, "value": v}
+                        for (k, v), fields in zip(entries, times, strict=True)
+                    ]
+                },
+            )
         else:
             write_json(out, {"entries": [{"key": k, "value": v} for k, v in entries]})
         return 0
+    if times:
+        entries = [
+            (_time_key_text(k, fields), v) for (k, v), fields in zip(entries, times, strict=True)
+        ]
     if args.keys_only:
         for key, _ in entries:
             out.write(_text(key) + "\n")

@@ -29,9 +29,14 @@ from changelog import LogConfig
 from statestore.errors import InvalidStoreConfigError
 from statestore.stores.time.layout import (
     SESSION_SUFFIX_BYTES,
+    TIMESTAMP,
     TIMESTAMP_BYTES,
+    VALUE_VERSION,
     WINDOW_SUFFIX_BYTES,
     RecordFormat,
+    split_session_key,
+    split_timestamp,
+    split_windowed_key,
 )
 
 __all__ = [
@@ -193,6 +198,38 @@ class TimeSettings:
             cleanup_policy="compact,delete",
             retention_ms=self.retention_ms + ADDITIONAL_RETENTION_MS,
         )
+
+    def split_entry(
+        self, key: bytes, value: bytes | None
+    ) -> tuple[bytes, dict[str, int], bytes | None]:
+        """A RocksDB entry of this store as ``(serialized key, time fields, serialized value)``.
+
+        For tools (the CLI's ``scan`` and ``get``): the time fields are
+        ``window_start_ms``/``seqnum`` (window), ``start_ms``/``end_ms``
+        (session), ``timestamp_ms`` (timestamped values, versions); the value
+        is ``None`` for a versioned delete.  ``ValueError`` if the bytes do not
+        have this store's layout.
+        """
+        fields: dict[str, int] = {}
+        if self.store_type == "window":
+            if len(key) < WINDOW_SUFFIX_BYTES:
+                raise ValueError(f"key {key!r:.60} is shorter than a windowed key")
+            key, fields["window_start_ms"], fields["seqnum"] = split_windowed_key(key)
+        elif self.store_type == "session":
+            if len(key) < SESSION_SUFFIX_BYTES:
+                raise ValueError(f"key {key!r:.60} is shorter than a session key")
+            key, fields["start_ms"], fields["end_ms"] = split_session_key(key)
+        elif self.store_type == "versioned-key-value":
+            if len(key) < TIMESTAMP_BYTES or not value:
+                raise ValueError(f"entry {key!r:.60} is not a version")
+            fields["timestamp_ms"] = int(TIMESTAMP.unpack_from(key, len(key) - TIMESTAMP_BYTES)[0])
+            key = key[:-TIMESTAMP_BYTES]
+            return key, fields, None if value[:1] != VALUE_VERSION else value[1:]
+        if self.timestamped and value is not None:
+            if len(value) < TIMESTAMP_BYTES:
+                raise ValueError(f"value {value!r:.60} is shorter than a timestamp")
+            fields["timestamp_ms"], value = split_timestamp(value)
+        return key, fields, value
 
     def to_doc(self) -> dict[str, Any]:
         """The JSON object the store's metadata file records."""
