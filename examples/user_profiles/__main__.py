@@ -79,7 +79,9 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         store = await manager.store(STORE_NAME, value_type=Profile)
         restore_s = time.perf_counter() - started
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP given explicitly: asyncio sets TCP_NODELAY only on connections whose
+        # socket says so, and without it a keep-alive response waits ~40 ms (Nagle + delayed ACK)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((HOST, args.port))
