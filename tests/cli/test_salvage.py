@@ -350,10 +350,14 @@ def test_a_flipped_index_byte_is_found_by_verify_or_rebuilt(
     original = records(carts)
     index = carts / "00000000000000000026.index"
     flip(index, 5)
+    found = run_cli(["verify", str(state), "--strict"], capsys)
+    assert found.status == 1  # a warning: the next open rebuilds it (L7)
+    assert "the next open will rebuild indexes (pass L7)" in found.out
     assert "nothing to salvage" in run_cli(["repair", "salvage", str(carts)], capsys).out
     applied = run_cli(["repair", "rebuild-indexes", str(carts), "--apply"], capsys)
     assert applied.status == 0, applied.err
     assert records(carts) == original
+    assert run_cli(["verify", str(state), "--strict"], capsys).status == 0
 
 
 # --------------------------------------------------------------------------- kill -9
