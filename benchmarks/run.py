@@ -46,6 +46,8 @@ SCRIPTS: dict[str, str] = {
     "metrics": "benchmarks.metrics_bench",
     "compression": "benchmarks.compression_bench",
     "txn": "benchmarks.txn_bench",
+    "commit": "benchmarks.commit_bench",
+    "service": "benchmarks.service_bench",
 }
 """Short name -> module.  ``store`` is ours; the others belong to their modules' owners."""
 
@@ -221,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             script_args += ["--size", mode]
             if args.reps is not None:
                 script_args += ["--reps", str(args.reps)]
+        elif short == "commit":
+            script_args += ["--size", mode]
+        elif short == "service":
+            script_args += ["--seconds", "3" if mode == "full" else "0.3"]
         elif mode != "full":
             script_args.append("--quick")
         payload = _run_script(module, script_args, args.timeout)

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,6 +136,34 @@ def test_txn_bench_runs_every_case_and_reports_the_durable_floor_target() -> Non
     for row in payload["results"]:
         assert row["value"] == row["value"] and row["value"] > 0, row  # not NaN
     assert payload["loadavg_before_after_case"].keys() == {"single", "multi", "threads"}
+
+
+def _run_bench(*argv: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = _last_json_line(proc.stdout)
+    assert payload is not None
+    for row in payload["results"]:
+        assert row["value"] == row["value"] and row["value"] > 0, row  # not NaN
+    return payload
+
+
+def test_commit_bench_compares_with_sqlite_and_counts_fsyncs() -> None:
+    payload = _run_bench("benchmarks.commit_bench", "--size", "tiny", "--only", "one_put")
+    baselines = {row["baseline_name"] for row in payload["results"]}
+    assert baselines == {"sqlite", "floor"}
+
+
+def test_service_bench_runs_every_service_at_1_and_8_clients() -> None:
+    payload = _run_bench("benchmarks.service_bench", "--seconds", "0.3")
+    assert len(payload["raw"]) == 3 * 2 * 2  # services x client counts x (writes, reads)
 
 
 def test_plots_draw_every_picture_from_benchmark_json(tmp_path: Path) -> None:
