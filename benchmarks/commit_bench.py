@@ -29,9 +29,8 @@ uses one table ``kv(key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID`` and the sa
 bytes (msgpack of the same dict).  What the baselines do not do: sqlite3 has no changelog
 and no restore; the floor has no serialization, no buffer, no batch encoding.
 
-``python -m benchmarks.commit_bench --size quick`` (run it under the bench lock:
-``flock /work/tools/.bench.lock ...`` on a shared machine).  Prints a table, then one line
-of JSON.
+``python -m benchmarks.commit_bench --size quick`` (alone on the machine: other work moves
+every number).  Prints a table, then one line of JSON.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ and p50/p99 latency, writes and reads apart.  The load generator shares the 2 co
 server: absolute numbers are low and the ratios are what to read; the 1-minute load average
 is printed beside every case.
 
-``python -m benchmarks.service_bench --seconds 3`` (under the bench lock on a shared machine).
+``python -m benchmarks.service_bench --seconds 3`` (alone on the machine).
 Prints a table, then one line of JSON.
 """
 
