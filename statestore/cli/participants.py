@@ -37,6 +37,7 @@ __all__ = [
     "COORDINATOR_DIR",
     "CoordinatorLog",
     "Transaction",
+    "consistent_cut",
     "find_transaction",
     "read_coordinator_log",
 ]
@@ -138,3 +139,37 @@ def find_transaction(
             ):
                 return transaction
     return None
+
+
+def consistent_cut(log: CoordinatorLog, start: Transaction) -> dict[tuple[str, int], int] | None:
+    """Where to truncate each partition so that ``start`` and every later transaction that
+    would otherwise be split are removed whole: ``{(topic, partition): offset}``.
+
+    Begins with ``start``'s partitions at its first offsets, then, in decision order, takes
+    in every later transaction with a part at or above the cut of a partition already cut
+    (its other parts would survive it), until nothing changes.  ``None`` when a transaction
+    from ``start`` on is not known exactly (older records compacted away: the cascade
+    cannot be proved).  Commits of one partition need no care: they are one batch.
+    """
+    if not start.exact:
+        return None
+    cut = {(p.topic, p.partition): p.first_offset for p in start.parts}
+    later = [t for t in log.transactions if t.record_offset > start.record_offset]
+    changed = True
+    while changed:
+        changed = False
+        for transaction in later:
+            hit = any(
+                (p.topic, p.partition) in cut and p.first_offset >= cut[(p.topic, p.partition)]
+                for p in transaction.parts
+            )
+            if not hit:
+                continue
+            if not transaction.exact:
+                return None
+            for part in transaction.parts:
+                key = (part.topic, part.partition)
+                if key not in cut or part.first_offset < cut[key]:
+                    cut[key] = part.first_offset
+                    changed = True
+    return cut

@@ -122,7 +122,7 @@ def _transactions_doc(plan: Any) -> list[dict[str, Any]]:
                 "marker_offset": txn.marker_offset,
                 "committed": txn.marker_offset is not None,
                 "records": txn.records,
-                **participants_doc(state_dir, found, topic, partition),
+                **participants_doc(state_dir, found, topic, partition, coordinator),
             }
         )
     return out

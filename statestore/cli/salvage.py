@@ -23,6 +23,7 @@ from statestore.cli.output import write_json
 from statestore.cli.participants import (
     CoordinatorLog,
     Transaction,
+    consistent_cut,
     find_transaction,
     read_coordinator_log,
 )
@@ -52,12 +53,33 @@ def transaction_participants(
 
 
 def participants_doc(
-    state_dir: Path | None, found: Transaction | None, topic: str, partition: int
+    state_dir: Path | None,
+    found: Transaction | None,
+    topic: str,
+    partition: int,
+    coordinator: CoordinatorLog | None = None,
 ) -> dict[str, Any]:
-    """JSON of a transaction's participants (``known`` false when no record lists it)."""
+    """JSON of a transaction's participants (``known`` false when no record lists it) and,
+    given the coordinator's log, the consistent roll-back (``roll_back``: every partition to
+    truncate and where, ``None`` when it cannot be proved)."""
     if found is None:
-        return {"known": False, "participants": []}
+        return {"known": False, "participants": [], "roll_back": None}
+    cut = None if coordinator is None else consistent_cut(coordinator, found)
+    roll_back = (
+        None
+        if cut is None
+        else [
+            {
+                "topic": t,
+                "partition": p,
+                "offset": offset,
+                "directory": None if state_dir is None else str(state_dir / f"{t}-{p}"),
+            }
+            for (t, p), offset in sorted(cut.items())
+        ]
+    )
     return {
+        "roll_back": roll_back,
         "known": True,
         "exact": found.exact,
         "coordinator_record_offset": found.record_offset,
@@ -98,7 +120,7 @@ def _loss_doc(
         "marker_offset": loss.marker_offset,
         "damaged_offsets": list(loss.damaged_offsets),
         "certain": loss.certain,
-        **participants_doc(state_dir, found, plan.topic, plan.partition),
+        **participants_doc(state_dir, found, plan.topic, plan.partition, coordinator),
     }
 
 
@@ -135,7 +157,9 @@ def _transactions(
                         "marker_offset": None,
                         "damaged_offsets": [lost.first_offset, end],
                         "certain": True,
-                        **participants_doc(state_dir, found, plan.topic, plan.partition),
+                        **participants_doc(
+                            state_dir, found, plan.topic, plan.partition, coordinator
+                        ),
                     }
                 )
     return out
@@ -294,13 +318,24 @@ def _print(plan: SalvagePlan, doc: dict[str, Any], out: TextIO, state_dir: Path 
             out.write(
                 "    atomicity: the other partitions still hold it. Choose:\n"
                 "      keep the survivors: nothing more to do\n"
-                "      roll those stores back to before it (removes it and everything after"
-                " it there; each command plans first):\n"
             )
-            for part in others:
+            cut = txn["roll_back"]
+            if cut is None:
+                out.write(
+                    "      roll those stores back to before it: the coordinator's log cannot"
+                    " prove which later transactions that would split; truncate each"
+                    " participant at its first offset and follow what each plan names\n"
+                )
+                continue
+            out.write(
+                "      roll back to before it, consistently (it and every later transaction"
+                " a cut would split; run all of them, each plans first):\n"
+            )
+            for part in cut:
                 target = part["directory"] or f"{part['topic']}-{part['partition']}"
                 out.write(
-                    f"        statestore repair truncate {target} --offset {part['first_offset']}\n"
+                    f"        statestore repair truncate {target} --offset {part['offset']}"
+                    " --split-transactions\n"
                 )
     out.write("steps:\n")
     out.writelines(f"  {step}\n" for step in plan.steps())

@@ -170,6 +170,33 @@ def test_salvage_keeps_every_valid_batch_after_a_flipped_byte_in_a_closed_segmen
     assert len(got) == 7
 
 
+def test_the_consistent_roll_back_leaves_every_store_at_the_same_commit(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    carts = state / "carts-changelog-0"
+    segment = carts / "00000000000000000026.log"
+    position, offset = data_batch_at(segment, 2)  # commit 15's data in carts
+    flip(segment, position + 30)
+    doc = json.loads(run_cli(["repair", "salvage", str(carts), "--json"], capsys).out)["plan"]
+    (txn,) = doc["transactions"]
+    cut = {(c["topic"], c["offset"]) for c in txn["roll_back"]}
+    assert cut == {("carts-changelog", offset), ("orders-changelog", offset)}  # every later
+    for part in txn["roll_back"]:  # commit spans both stores
+        args = ["repair", "truncate", part["directory"], "--offset", str(part["offset"])]
+        done = run_cli([*args, "--apply", "--split-transactions"], capsys)
+        assert done.status == 0, done.err
+        again = run_cli([*args, "--apply", "--split-transactions"], capsys)  # idempotent
+        assert again.status == 0, again.err
+        assert "nothing to remove" in again.out
+    assert run_cli(["verify", str(state)], capsys).status == 0
+    assert run_cli(["repair", "rebuild-rocksdb", str(state), "--apply"], capsys).status == 0
+    commits = offset // 2  # 0..14: a data batch and a marker each
+    assert store_state(state, "orders") == {f"o{i}": {"n": i} for i in range(commits)}
+    assert store_state(state, "carts") == {
+        f"c{k}": {"n": max(i for i in range(commits) if i % 7 == k)} for k in range(7)
+    }
+
+
 def test_salvage_closes_a_segment_whose_last_batch_is_lost_with_an_empty_batch(
     state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
