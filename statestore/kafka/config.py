@@ -179,6 +179,10 @@ class ProcessorConfig:
     """Settings of the changelog topics."""
     rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)
     """RocksDB options of every store partition."""
+    client_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict, repr=False)
+    """librdkafka properties for every client the runtime makes (admin, consumers, producer),
+    applied before the runtime's own: the place for ``security.protocol``, ``sasl.*`` and
+    ``ssl.*``.  Left out of the config's ``repr`` (it may hold secrets)."""
     consumer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     """librdkafka properties for the consumers, applied last."""
     producer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict)

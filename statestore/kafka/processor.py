@@ -236,7 +236,11 @@ class Processor:
     # -- setup -------------------------------------------------------------------------
 
     def _client_config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self._config.bootstrap_servers}
+        """What every client gets: the bootstrap servers and ``client_overrides`` (security)."""
+        return {
+            "bootstrap.servers": self._config.bootstrap_servers,
+            **self._config.client_overrides,
+        }
 
     def _consumer_config(self) -> dict[str, Any]:
         config = self._config

@@ -236,3 +236,32 @@ def test_a_new_instance_restores_the_stores_from_the_changelog(tmp_path: Path) -
     assert after == before == {"k0": 5, "k1": 5, "k2": 5, "k3": 5}
     assert sorted(r.partition for r in restored) == list(range(PARTITIONS))
     assert sum(r.records_restored for r in restored) == 4
+
+
+def test_client_overrides_reach_every_client_and_stay_out_of_the_repr(tmp_path: Path) -> None:
+    cluster = _cluster(0)
+    seen: list[dict[str, Any]] = []
+    clients = cluster.clients()
+    for kind in ("admin", "consumer", "producer"):
+        make = getattr(clients, kind)
+
+        def record(settings: Any, make: Any = make) -> Any:
+            seen.append(dict(settings))
+            return make(settings)
+
+        setattr(clients, kind, record)
+    config = ProcessorConfig(
+        application_id="app",
+        bootstrap_servers="fake:9092",
+        input_topics=("in",),
+        instance_id="i1",
+        client_overrides={"security.protocol": "SASL_SSL", "sasl.password": "s3cret"},
+    )
+    assert "s3cret" not in repr(config)
+    processor = Processor(
+        config, tmp_path, [KafkaStoreSpec(name="sums")], lambda _c, _m: None, clients=clients
+    )  # type: ignore[arg-type]
+    processor.start()
+    processor.close()
+    assert len(seen) == 4  # admin, restore consumer, producer, main consumer
+    assert all(s["sasl.password"] == "s3cret" for s in seen)
