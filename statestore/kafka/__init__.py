@@ -37,6 +37,7 @@ from statestore.kafka.handlers import (
 )
 from statestore.kafka.processor import Processor, ProcessorContext, RebalanceEvent
 from statestore.kafka.restorer import TaskRestored
+from statestore.kafka.security import SecurityConfig
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
 from statestore.kafka.tasks import TaskState
 from statestore.kafka.topics import (
@@ -68,6 +69,7 @@ __all__ = [
     "ProcessorFailedError",
     "ProducerFencedError",
     "RebalanceEvent",
+    "SecurityConfig",
     "TaskRestored",
     "TaskState",
     "TaskStore",

@@ -15,6 +15,7 @@ import attrs
 
 from statestore.config import RocksDBConfig
 from statestore.errors import InvalidStoreConfigError
+from statestore.kafka.security import SecurityConfig
 
 __all__ = ["ChangelogTopicConfig", "GroupProtocol", "ProcessingGuarantee", "ProcessorConfig"]
 
@@ -179,10 +180,16 @@ class ProcessorConfig:
     """Settings of the changelog topics."""
     rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)
     """RocksDB options of every store partition."""
+    security: SecurityConfig = attrs.field(
+        factory=SecurityConfig, validator=attrs.validators.instance_of(SecurityConfig)
+    )
+    """``security.protocol``, SASL and TLS settings of every client the runtime makes (admin,
+    producer, main, restore and standby consumers); secrets are masked in the repr."""
     client_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict, repr=False)
     """librdkafka properties for every client the runtime makes (admin, consumers, producer),
-    applied before the runtime's own: the place for ``security.protocol``, ``sasl.*`` and
-    ``ssl.*``.  Left out of the config's ``repr`` (it may hold secrets)."""
+    applied after ``security`` and before the runtime's own (for settings ``security`` does not
+    name, such as ``sasl.oauthbearer.*``).  Left out of the config's ``repr`` (it may hold
+    secrets)."""
     consumer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     """librdkafka properties for the consumers, applied last."""
     producer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict)

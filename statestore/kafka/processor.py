@@ -236,9 +236,10 @@ class Processor:
     # -- setup -------------------------------------------------------------------------
 
     def _client_config(self) -> dict[str, Any]:
-        """What every client gets: the bootstrap servers and ``client_overrides`` (security)."""
+        """What every client gets: the bootstrap servers, ``security``, ``client_overrides``."""
         return {
             "bootstrap.servers": self._config.bootstrap_servers,
+            **self._config.security.client_settings(),
             **self._config.client_overrides,
         }
 
