@@ -336,3 +336,52 @@ def test_kill9_under_readers_and_writer(tmp_path: Path, partitions: int) -> None
             state = dict(manager.store("bank").reader().items())
         assert state["version"] in (last_acked, last_acked + 1)
         assert sum(v for k, v in state.items() if k != "version") == ACCOUNTS * START
+
+
+def test_readers_beside_scoped_writers_on_other_stores(open_manager: OpenManager) -> None:
+    """Two writer threads, each in scoped transactions over its own stores; readers of both."""
+    manager = open_manager()
+    names = ("bank-a", "bank-b")
+    stores = {name: manager.store(name, partitions=2) for name in names}
+    audits = {name: manager.store(f"{name}-audit") for name in names}
+    checkers = {name: Checker() for name in names}
+    for store in stores.values():
+        store.put_all(initial())
+        store.commit()
+
+    def scoped_writer(name: str, seed: int) -> None:
+        rng = random.Random(seed)
+        store, audit, checker = stores[name], audits[name], checkers[name]
+        state = initial()
+        for version in range(1, 151):
+            with manager.transaction(store, audit):  # scoped: this thread's stores only
+                for _ in range(rng.randint(1, 4)):
+                    a, b = rng.sample(range(ACCOUNTS), 2)
+                    state[account(a)] -= 1
+                    state[account(b)] += 1
+                    store[account(a)] = state[account(a)]
+                    store[account(b)] = state[account(b)]
+                state["version"] = version
+                store["version"] = version
+                audit["version"] = version
+                checker.expect(version, state)
+
+    stop = threading.Event()
+    readers = [
+        threading.Thread(target=reader_loop, args=(stores[name].reader(), checkers[name], stop, i))
+        for i, name in enumerate(names * 2)
+    ]
+    writers = [threading.Thread(target=scoped_writer, args=(n, i)) for i, n in enumerate(names)]
+    for thread in readers + writers:
+        thread.start()
+    for thread in writers:
+        thread.join(TIMEOUT_S)
+    stop.set()
+    for thread in readers:
+        thread.join(TIMEOUT_S)
+    assert not any(thread.is_alive() for thread in readers + writers)
+    for name in names:
+        assert checkers[name].errors == []
+        assert checkers[name].reads > 5
+        assert dict(stores[name].reader().items()) == checkers[name].models[150]
+        assert audits[name].reader().get("version") == 150
