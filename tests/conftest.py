@@ -1,7 +1,7 @@
 """Shared test configuration: Hypothesis profiles, the pure-Python run, parallel workers.
 
-Profiles: ``dev`` (default, fast), ``ci`` (more examples, no deadline; .ci/run
-selects it through HYPOTHESIS_PROFILE=ci).
+Profiles: ``dev`` (default: 20 examples, so that ``./dev test`` stays quick), ``ci``
+(60 examples; .ci/run selects it through HYPOTHESIS_PROFILE=ci).
 
 ``STATESTORE_PURE=1`` (:mod:`changelog.native`) runs every test on the Python paths;
 the tests marked ``compiled`` (about the C extensions themselves) are deselected
@@ -25,7 +25,7 @@ from tests.reliability import stats
 
 settings.register_profile(
     "dev",
-    max_examples=30,
+    max_examples=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

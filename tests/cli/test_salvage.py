@@ -441,6 +441,7 @@ def open_once(partition: Path) -> None:
         pass
 
 
+@pytest.mark.slow  # a long fault sweep: the slow tier
 def test_kill_9_at_every_step_of_a_salvage_leaves_the_directory_before_or_after(
     tmp_path: Path, template: Path
 ) -> None:

@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -476,7 +477,9 @@ TestTimestamped = TimestampedMachine.TestCase
 TestTimestamped.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
 TestWindow = WindowMachine.TestCase
 TestWindow.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
+TestWindow.pytestmark = [pytest.mark.slow]  # over a minute under load: the slow tier
 TestSession = SessionMachine.TestCase
 TestSession.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
+TestSession.pytestmark = [pytest.mark.slow]  # over a minute under load: the slow tier
 TestVersioned = VersionedMachine.TestCase
 TestVersioned.settings = settings(max_examples=40, stateful_step_count=35, deadline=None)
