@@ -328,8 +328,13 @@ def test_kill9_under_readers_and_writer(tmp_path: Path, partitions: int) -> None
                     break
         finally:
             child.send_signal(signal.SIGKILL)
-            out, _err = child.communicate(timeout=TIMEOUT_S)
-        lines.extend(out.splitlines())
+            child.wait(timeout=TIMEOUT_S)
+        # Read the rest through the same text wrapper that readline() used: communicate()
+        # reads the raw pipe and would skip the ACK lines already in the wrapper's buffer.
+        lines.extend(child.stdout.read().splitlines())
+        child.stdout.close()
+        if child.stderr is not None:
+            child.stderr.close()
         assert not any(line.startswith("ERROR") for line in lines), lines[-3:]
         last_acked = max(version for version, _reads in _acks(lines))
         with StateManager(state_dir, config=NO_CLEANER) as manager:
