@@ -121,6 +121,8 @@ def _open_segments(
             )
             segments.append(segment)
             if not planned.recover:
+                if planned is not plan.segments[-1]:
+                    segment.release_descriptors()  # opened again while used
                 continue
             for reason in planned.rebuild_reasons:
                 logger.warning(
@@ -128,6 +130,8 @@ def _open_segments(
                 )
             segment.recover(expected_valid_bytes=planned.valid_bytes)  # raises if it disagrees
             segment.flush()
+            if planned is not plan.segments[-1]:
+                segment.release_descriptors()
     except BaseException:
         for segment in segments:
             segment.close()
@@ -168,6 +172,8 @@ def load_log(
                 logger.info("%s%s", prefix, step.render())
                 write_offset_checkpoint(step.path, topic, partition, step.offset)
         producer_state = rebuild_producer_state(segments, prefix)  # L10
+        for segment in segments[:-1]:
+            segment.release_descriptors()  # L10 may have written a .txnindex
         if plan.had_clean_shutdown:  # L11
             files.delete_file(directory / CLEAN_SHUTDOWN_FILE, "load.L11.delete_marker")
             files.fsync_dir(directory, "load.L11.fsync_dir")

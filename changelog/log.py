@@ -623,6 +623,7 @@ class Log:
             return active
         active.on_become_inactive()
         active.flush()  # R1
+        active.release_descriptors()  # opened again while it is read
         segment = self._segments.roll(self._log_end_offset)  # R2, R3
         self._rp.rolled(segment.base_offset)  # R4
         logger.info("%srolled new segment at offset %s", self._prefix, segment.base_offset)

@@ -2,10 +2,12 @@
 
 ``Log.read_batches`` and ``Log.read`` take ``Log.lock`` only for
 :func:`open_snapshot`, which picks the segments from the one holding the start
-offset and pins each one's descriptor (:meth:`LogSegment.open_reader`).  The
+offset and pins each one's file (:meth:`LogSegment.open_reader`).  The
 iteration then runs without the lock over a fixed prefix of each segment,
-unaffected by later appends, swaps or deletions; the descriptors stay pinned
-until the iterator is exhausted or closed.
+unaffected by later appends, swaps or deletions; a segment's descriptor is
+open only while that segment is read (a pinned file that is renamed or deleted
+meanwhile is opened first, so the reader reads what it pinned), and each pin is
+released once its segment is read or the iterator is closed.
 
 Thread-safety: :func:`open_snapshot` runs under ``Log.lock``; the iterators
 are owned by the thread that iterates them.
@@ -65,6 +67,7 @@ def located_batches(
                 next_offset = header.next_offset
                 if header.last_offset >= start_offset:
                     yield reader.path, position, header, data
+            reader.close()  # its descriptor goes as soon as the segment is read
     except CorruptDataError as exc:
         if exc.offset is None:  # the first offset the damage affects, as verify names it
             exc.offset = next_offset

@@ -170,3 +170,5 @@ def _swap(
     for segment in new:  # S5
         segment.change_file_suffixes(files.SWAP_SUFFIX, "")
     files.fsync_dir(directory, "replace.fsync_dir")  # S6
+    for segment in new:
+        segment.release_descriptors()  # never active: opened again while read

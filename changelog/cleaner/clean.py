@@ -289,18 +289,37 @@ def _own_reader(fd: int, path: Path, base_offset: int, size: int) -> SegmentRead
     return SegmentReader(fd, path, base_offset, size, functools.partial(os.close, fd))
 
 
+MAX_PASS_SEGMENTS: Final = 512
+"""The most source segments one pass reads (each is read through a descriptor of its own,
+opened at the snapshot): a log of 10,000 small segments is cleaned by a few passes, each
+merging up to this many, instead of one pass that needs 10,000 descriptors at once.  A
+pass whose clean section alone is longer takes that section whole (it must reach the
+first dirty offset)."""
+
+
 def snapshot(to_clean: LogToClean) -> tuple[PassInput, list[LogSegment], list[SourceSegment]]:
     """Under ``log.lock``: the pass's input, and readers over every segment below the
-    first uncleanable offset (the segment objects too, for the swap)."""
+    first uncleanable offset (the segment objects too, for the swap).
+
+    At most :data:`MAX_PASS_SEGMENTS` segments past the one holding the first dirty
+    offset are taken: the first uncleanable offset is lowered to the next one's base
+    offset (the rest is cleaned by the next pass)."""
     log = to_clean.log
     with log.lock:
         log.check_open()  # a log closed since it was chosen: write nothing beside it
         segments = list(log.segments)
         chosen: list[LogSegment] = []
         sources: list[SourceSegment] = []
+        first_uncleanable = to_clean.first_uncleanable_offset
         try:
             for segment, following in itertools.pairwise(segments):
-                if segment.base_offset >= to_clean.first_uncleanable_offset:
+                if segment.base_offset >= first_uncleanable:
+                    break
+                if (
+                    len(chosen) >= MAX_PASS_SEGMENTS
+                    and segment.base_offset > to_clean.first_dirty_offset
+                ):
+                    first_uncleanable = segment.base_offset
                     break
                 chosen.append(segment)
                 fd = _open_fd(segment)
@@ -326,11 +345,11 @@ def snapshot(to_clean: LogToClean) -> tuple[PassInput, list[LogSegment], list[So
             directory=str(log.dir),
             log_config=log.config,
             first_dirty_offset=to_clean.first_dirty_offset,
-            first_uncleanable_offset=to_clean.first_uncleanable_offset,
+            first_uncleanable_offset=first_uncleanable,
             now_ms=0,
             barrier=log.cleaning_barrier_offset,
             due_reason=to_clean.due_reason,
-            aborted=_aborted_rows(log, to_clean.first_uncleanable_offset),
+            aborted=_aborted_rows(log, first_uncleanable),
         )
     return inputs, chosen, sources
 

@@ -19,6 +19,10 @@ Differences from Kafka, on purpose:
   written to the file at once (one ``write``), so the file and memory agree.
 * Nothing is fsynced until :meth:`FixedWidthIndex.flush`; indexes are never
   trusted after a crash anyway: the loader rebuilds them from the ``.log``.
+* The file is opened only to write it (as Kafka's ``LazyIndex`` defers its
+  mmap): :meth:`FixedWidthIndex.open` loads the entries and closes the file; a
+  write opens it again and keeps it until :meth:`FixedWidthIndex.release`
+  (the segment releases its indexes once it is no longer active).
 
 Every write, truncate, fsync, rename and delete goes through
 :mod:`changelog.fs.files` (fault points ``index.append``, ``index.truncate``,
@@ -81,7 +85,7 @@ class FixedWidthIndex:
         *,
         base_offset: int,
         max_index_size: int,
-        fd: int,
+        fd: int | None,
         keys: array.array[int],
         values: array.array[int],
     ) -> None:
@@ -90,6 +94,7 @@ class FixedWidthIndex:
         self._base_offset = base_offset
         self._max_entries = max_index_size // self.entry_size()
         self._fd: int | None = fd
+        self._closed = False
         self._keys = keys
         self._values = values
         self._lock = threading.Lock()
@@ -128,11 +133,12 @@ class FixedWidthIndex:
         except BaseException:
             os.close(fd)
             raise
+        os.close(fd)  # opened again when the file is written (see _require_fd)
         return cls(
             path,
             base_offset=base_offset,
             max_index_size=max_index_size,
-            fd=fd,
+            fd=None,
             keys=keys,
             values=values,
         )
@@ -225,7 +231,12 @@ class FixedWidthIndex:
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._fd is None
+        return self._closed
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a descriptor is open now (for tests of descriptor use)."""
+        return self._fd is not None
 
     # ----------------------------------------------------------------- searching (for subclasses)
 
@@ -261,9 +272,30 @@ class FixedWidthIndex:
     # ----------------------------------------------------------------- mutation
 
     def _require_fd(self) -> int:
-        if self._fd is None:
+        """The descriptor, opened at the end of the file if it is not open (the caller
+        holds ``self._lock``); kept until :meth:`release` or :meth:`close`."""
+        if self._closed:
             raise LogClosedError(f"{self._KIND} {self._path} is closed")
+        if self._fd is None:
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise LogStorageError(self._path, "open", exc) from exc
+            try:
+                os.lseek(fd, 0, os.SEEK_END)
+            except OSError as exc:
+                os.close(fd)
+                raise LogStorageError(self._path, "seek", exc) from exc
+            self._fd = fd
         return self._fd
+
+    def release(self) -> None:
+        """Close the descriptor but stay usable: the next write opens it again (the entries
+        are in memory, so lookups need no descriptor)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def _append_entry(self, key: int, value: int) -> None:
         """Write one entry; the caller holds ``self._lock`` and has checked the order.
@@ -363,6 +395,7 @@ class FixedWidthIndex:
     def close(self) -> None:
         """Close the file (no fsync: call :meth:`flush` first if it should be durable). Idempotent."""
         with self._lock:
+            self._closed = True
             fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)

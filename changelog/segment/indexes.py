@@ -286,6 +286,13 @@ class SegmentIndexes:
         self.offset_index.flush()
         self.time_index.flush()
 
+    def release(self) -> None:
+        """Close both descriptors; the next write opens them again."""
+        try:
+            self.offset_index.release()
+        finally:
+            self.time_index.release()
+
     def close(self) -> None:
         """Close both files (the time index even if closing the offset index fails)."""
         try:

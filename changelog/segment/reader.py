@@ -53,18 +53,30 @@ _READ_CHUNK_BYTES: Final = 1 << 20
 class SharedLogFile:
     """The ``.log`` descriptor of one segment, shared by the segment and its readers.
 
-    Invariants: the descriptor is open while the segment has not closed it
-    or a reader still pins it; once both are done it is closed exactly once.
+    The descriptor is opened when first needed, not when the segment is opened:
+    a log of thousands of segments holds descriptors only for the ones in use
+    (Kafka opens its indexes lazily the same way).  The owner's operations
+    (:meth:`require`: append, truncate, fsync) open it and keep it until
+    :meth:`release`; a segment that is no longer active is released, and its
+    descriptor is then open only while a reader reads it (:meth:`open_reader`
+    pins without opening; the reader opens it at its first read).
 
-    Thread-safety: thread-safe.  ``_lock`` guards ``_fd``, ``_pins`` and
-    ``_closed``: the segment pins and closes under ``Log.lock``, but readers
-    unpin (and may close the descriptor) from their own threads without it.
+    Invariants: once closed, the descriptor is open only while a reader still
+    pins it, and is closed exactly once; a pinned file that is renamed or deleted
+    (:meth:`hold_for_readers`, :meth:`close`) has its descriptor open first, so
+    its readers keep reading the same file.
+
+    Thread-safety: thread-safe.  ``_lock`` guards ``_fd``, ``_pins``, ``_keep``,
+    ``_closed`` and ``path``: the segment pins, renames and closes under
+    ``Log.lock``, but readers open, unpin (and may close the descriptor) from
+    their own threads without it.
     """
 
-    def __init__(self, fd: int, path: Path) -> None:
-        """Share ``fd`` (now owned by this object), the descriptor of ``path``."""
+    def __init__(self, fd: int | None, path: Path) -> None:
+        """Share ``fd`` (now owned by this object; ``None``: not open yet), the descriptor of ``path``."""
         self._fd: int | None = fd
         self._closed = False
+        self._keep = True
         self._pins = 0
         self._lock = threading.Lock()
         self.path = path
@@ -73,11 +85,7 @@ class SharedLogFile:
     @classmethod
     def open(cls, path: Path) -> SharedLogFile:
         """Open ``path`` for appending and reading, creating it if missing."""
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise LogStorageError(path, "open", exc) from exc
-        return cls(fd, path)
+        return cls(_open_log(path), path)
 
     def size(self) -> int:
         """The file's size now (``fstat``)."""
@@ -86,45 +94,89 @@ class SharedLogFile:
         except OSError as exc:
             raise LogStorageError(self.path, "stat", exc) from exc
 
+    def _fd_locked(self) -> int:
+        if self._fd is None:
+            self._fd = _open_log(self.path, create=False)
+        return self._fd
+
     def require(self) -> int:
-        """The descriptor for the segment's own use; :class:`LogClosedError` once closed."""
-        fd = None if self._closed else self._fd
-        if fd is None:
-            raise LogClosedError(f"segment {self.path} is closed")
-        return fd
+        """The descriptor for the segment's own use (opened if needed, kept until
+        :meth:`release`); :class:`LogClosedError` once closed."""
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"segment {self.path} is closed")
+            self._keep = True
+            return self._fd_locked()
+
+    def release(self) -> None:
+        """The segment is not active: close the descriptor now, or once the last reader
+        is done (it is opened again when needed)."""
+        with self._lock:
+            self._keep = False
+            fd = None
+            if self._pins == 0:
+                fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     @property
     def closed(self) -> bool:
         """Whether the segment closed it (readers may still be using the descriptor)."""
         return self._closed
 
+    @property
+    def is_open(self) -> bool:
+        """Whether a descriptor is open now (for tests of descriptor use)."""
+        return self._fd is not None
+
     def open_reader(self, base_offset: int, end_position: int) -> SegmentReader:
-        """A :class:`SegmentReader` of ``[0, end_position)`` that pins the descriptor."""
+        """A :class:`SegmentReader` of ``[0, end_position)`` that pins the file (the reader
+        opens the descriptor at its first read)."""
         with self._lock:
-            fd = self.require()
+            if self._closed:
+                raise LogClosedError(f"segment {self.path} is closed")
             self._pins += 1
-        return SegmentReader(fd, self.path, base_offset, end_position, self.unpin)
+            fd = self._fd
+        return SegmentReader(
+            fd, self.path, base_offset, end_position, self.unpin, acquire=self._acquire
+        )
+
+    def _acquire(self) -> int:
+        """A pinned reader's descriptor (opened now if the file has none)."""
+        with self._lock:
+            return self._fd_locked()
 
     def pin(self) -> int:
         """Pin the descriptor for the caller's own use (an fsync without ``Log.lock``);
         :meth:`unpin` when done.  :class:`LogClosedError` once closed."""
         with self._lock:
-            fd = self.require()
+            if self._closed:
+                raise LogClosedError(f"segment {self.path} is closed")
+            fd = self._fd_locked()
             self._pins += 1
         return fd
 
     def unpin(self) -> None:
-        """A reader (or a :meth:`pin`) is done; the last one after :meth:`close` closes it."""
+        """A reader (or a :meth:`pin`) is done; the last one closes the descriptor once the
+        segment closed or released it."""
         with self._lock:
             self._pins -= 1
             fd = None
-            if self._pins == 0 and self._closed:
+            if self._pins == 0 and (self._closed or not self._keep):
                 fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
 
+    def hold_for_readers(self) -> None:
+        """Before the owner renames or deletes the file: if readers pin it, open the
+        descriptor now (by the current path), so they go on reading the same file."""
+        with self._lock:
+            if self._pins and self._fd is None:
+                self._fd = _open_log(self.path, create=False)
+
     def close(self) -> None:
         """The segment is done with it: close now, or when the last reader unpins. Idempotent."""
+        self.hold_for_readers()
         with self._lock:
             self._closed = True
             fd = None
@@ -132,6 +184,14 @@ class SharedLogFile:
                 fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def _open_log(path: Path, *, create: bool = True) -> int:
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise LogStorageError(path, "open", exc) from exc
 
 
 class SegmentReader:
@@ -150,14 +210,18 @@ class SegmentReader:
 
     def __init__(
         self,
-        fd: int,
+        fd: int | None,
         path: Path,
         base_offset: int,
         end_position: int,
         release: Callable[[], None],
+        *,
+        acquire: Callable[[], int] | None = None,
     ) -> None:
-        """Read ``fd`` (kept open for us until ``release`` is called)."""
+        """Read ``fd`` (kept open for us until ``release`` is called); with ``fd`` ``None``,
+        ``acquire()`` gives it at the first read."""
         self._fd: int | None = fd
+        self._acquire = acquire
         self._release: Callable[[], None] | None = release
         self.path = path
         self.base_offset = base_offset
@@ -166,6 +230,7 @@ class SegmentReader:
     def close(self) -> None:
         """Give the descriptor back (the segment closes it once no reader needs it); idempotent."""
         release, self._release, self._fd = self._release, None, None
+        self._acquire = None
         if release is not None:
             release()
 
@@ -183,7 +248,9 @@ class SegmentReader:
 
     def _require_fd(self) -> int:
         if self._fd is None:
-            raise LogClosedError(f"reader of {self.path} is closed")
+            if self._release is None or self._acquire is None:
+                raise LogClosedError(f"reader of {self.path} is closed")
+            self._fd = self._acquire()
         return self._fd
 
     def _pread(self, size: int, position: int) -> bytes:

@@ -17,6 +17,11 @@ lock-free readers in :mod:`changelog.segment.reader` (``SegmentReader`` is
 imported back here for its users).  An offset is looked up in the offset index,
 then batch headers are scanned from the entry found.
 
+Descriptors: a segment that is not active holds none (:meth:`LogSegment.release_descriptors`,
+called by the loader for every segment but the last, by a roll for the old active
+segment and by the cleaner's swap for the cleaned ones); its files are opened while
+they are used.
+
 Thread-safety: a :class:`LogSegment` is not thread-safe: the owning ``Log``
 serialises every mutation and :meth:`open_reader` call under ``Log.lock``.
 """
@@ -543,6 +548,21 @@ class LogSegment:
         finally:
             self._file.unpin()
 
+    def release_descriptors(self) -> None:
+        """The segment is not active: close its descriptors (``.log``, indexes, ``.txnindex``).
+
+        It stays usable: a read opens the ``.log`` for as long as it reads (readers pin
+        the file, not a descriptor), a write or fsync opens what it needs again.  So a
+        log of thousands of segments holds descriptors only for its active segment and
+        the segments being read (as Kafka opens its indexes lazily).  Readers reading
+        now keep their descriptor until they are done.
+        """
+        try:
+            self._indexes.release()
+            self.txn_index.close()  # it reopens its file when written
+        finally:
+            self._file.release()
+
     def close(self) -> None:
         """Close the files; open readers keep the ``.log`` descriptor until they close. Idempotent."""
         if self._file.closed:
@@ -571,6 +591,7 @@ class LogSegment:
                 self.log_path,
                 f"{self._prefix}suffix is {self._suffix!r}, cannot rename from {old_suffix!r}",
             )
+        self._file.hold_for_readers()  # a pinned reader keeps the file it started on
         for kind in files.SEGMENT_SUFFIXES:
             base = self._dir / files.segment_file_name(self._base_offset, kind)
             src = base.with_name(base.name + old_suffix)
