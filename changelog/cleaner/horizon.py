@@ -1,4 +1,5 @@
-"""Pending delete horizons: when a tombstone kept by an earlier pass may go (beyond Kafka).
+"""Pending delete horizons: when a tombstone or a transaction marker kept by an earlier pass
+may go (beyond Kafka, where a quiet log keeps both for ever).
 
 The earliest pending delete horizon of a log is remembered in memory after
 each pass (:func:`record_pending_delete_horizon`); for a log not yet cleaned
@@ -48,12 +49,18 @@ def forget_pending_delete_horizon(log: CleanableLog) -> None:
 
 
 def scan_pending_delete_horizon(log: CleanableLog, first_dirty_offset: int) -> int | None:
-    """Earliest delete horizon of a batch in the clean section that still holds a tombstone.
+    """Earliest delete horizon of a batch in the clean section that still holds a tombstone
+    or a transaction marker that may go.
 
     Reads batch headers; only batches with the KIP-534 horizon bit are decoded
-    (a batch keeps the bit after its tombstones are gone when Kafka wrote it).
+    (a batch keeps the bit after its tombstones are gone when Kafka wrote it).  A
+    marker (a control batch with its record) may go once no data batch of its
+    transaction is left (Kafka's rule, :mod:`changelog.cleaner.transactions`): it
+    counts with its stamped horizon, or, not stamped yet, as due now (``0``: the
+    next pass stamps it).
     """
     earliest: int | None = None
+    data_since_marker: set[int] = set()  # producers with a data batch since their last marker
     for segment in log.segments[:-1]:
         if segment.base_offset >= first_dirty_offset:
             break
@@ -63,6 +70,17 @@ def scan_pending_delete_horizon(log: CleanableLog, first_dirty_offset: int) -> i
             for position, header in reader.headers():
                 if header.base_offset >= first_dirty_offset:
                     break
+                if header.is_transactional and not header.is_control:
+                    data_since_marker.add(header.producer_id)  # and its tombstones, below
+                if header.is_control:
+                    had_data = header.producer_id in data_since_marker
+                    data_since_marker.discard(header.producer_id)
+                    if header.records_count and not had_data:
+                        marker_horizon = header.delete_horizon_ms or 0
+                        earliest = (
+                            marker_horizon if earliest is None else min(earliest, marker_horizon)
+                        )
+                    continue
                 horizon = header.delete_horizon_ms
                 if horizon is None or (earliest is not None and horizon >= earliest):
                     continue

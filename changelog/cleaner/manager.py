@@ -21,7 +21,8 @@ The vocabulary is Kafka's (``LogCleanerManager``, ``LogToClean``):
 A log is **due** when, in this order of precedence:
 
 1. a dirty record is older than ``max_compaction_lag_ms`` (KIP-354),
-2. a tombstone kept by an earlier pass has passed its delete horizon
+2. a tombstone or a transaction marker kept by an earlier pass has passed its delete
+   horizon, or a marker whose transaction has no data left waits for its stamp
    (beyond Kafka: there, a quiet topic keeps such tombstones for ever), or
 3. its dirty ratio exceeds ``min_cleanable_dirty_ratio``.
 

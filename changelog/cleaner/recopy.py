@@ -174,7 +174,16 @@ class Filter:
         return BatchRetention.DELETE if self._discard else BatchRetention.DELETE_EMPTY
 
     def retain(self, header: BatchHeader, entries: list[Entry]) -> Retained:
-        """Which entries stay (see the class docstring); a kept tombstone needs a horizon."""
+        """Which entries stay (see the class docstring); a kept tombstone needs a horizon.
+
+        A kept record of a transactional batch tells ``self.txn`` that its transaction
+        keeps data (its marker stays, rule 4 of :mod:`changelog.cleaner.transactions`)."""
+        retained = self._retain(header, entries)
+        if header.is_transactional and retained.keep:
+            self.txn.on_data_retained(header.producer_id)
+        return retained
+
+    def _retain(self, header: BatchHeader, entries: list[Entry]) -> Retained:
         if self._discard:  # aborted, kept only as an empty batch ending the round
             return Retained(())
         end = self.end_offset
@@ -271,7 +280,7 @@ def scan_group(
                     )
                     if outcome is not MarkerOutcome.COPY:
                         return True, None, 0, 0
-                    flt.pending = min_or_none(flt.pending, header.delete_horizon_ms)
+                    flt.pending = min_or_none(flt.pending, _marker_horizon(flt, header))
                     continue
                 result = filter_batch(
                     raw, header, flt, path=reader.path, position=position, build=False
@@ -338,6 +347,14 @@ def _add(writer: Writer, result: FilteredBatch, stats: CleanerStats) -> None:
     stats.bytes_kept += len(result.data)
 
 
+def _marker_horizon(flt: Filter, header: BatchHeader) -> int | None:
+    """When a marker the pass keeps as it is lets the log be due again: its stamped
+    horizon, or now when the pass freed it (rule 4 of :mod:`changelog.cleaner.transactions`)."""
+    if flt.txn.freed and header.delete_horizon_ms is None:
+        return flt.now_ms
+    return header.delete_horizon_ms
+
+
 def _rewrite_control(
     flt: Filter, writer: Writer, reader: Any, position: int, header: BatchHeader, *, raw: bytes
 ) -> None:
@@ -348,7 +365,7 @@ def _rewrite_control(
     )
     if outcome is MarkerOutcome.COPY:
         writer.add(raw, 0, header.last_offset, header.max_timestamp, header.last_offset)
-        flt.pending = min_or_none(flt.pending, header.delete_horizon_ms)
+        flt.pending = min_or_none(flt.pending, _marker_horizon(flt, header))
         return
     if outcome is MarkerOutcome.DROP and header.next_offset != flt.upper_bound_offset:
         return

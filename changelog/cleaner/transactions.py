@@ -13,7 +13,12 @@ it crosses and decides, batch by batch, Kafka's rules:
 3. a marker that may go is first stamped with a delete horizon (``now +
    delete.retention.ms``, KIP-534, as a tombstone) and removed by a later
    pass once the horizon has passed; an emptied control batch (no record) may
-   always go.
+   always go;
+4. (beyond Kafka, where a quiet log keeps such markers for ever) a marker that
+   stays only because this pass read its transaction's last data and removed
+   all of it is *freed*: the next pass may stamp it, so the pass reports it as
+   a pending delete horizon of ``now`` and the log is due again at once, as a
+   log with expired tombstones is (:mod:`changelog.cleaner.horizon`).
 
 Aborted ranges come in as :class:`~changelog.segment.txn_index.AbortedTxn`
 (``(producer id, first offset, last offset, last stable offset)``) and are
@@ -62,6 +67,10 @@ class CleanedTransactionMetadata:
         self._next = 0
         self._aborted: dict[int, tuple[AbortedTxn, bool]] = {}
         self._committed: set[int] = set()
+        self._retained: set[int] = set()
+        self.freed = False
+        """Whether the last marker read stays only because this pass read (and removed)
+        its transaction's last data: the next pass may stamp it (rule 4)."""
 
     def copy(self) -> CleanedTransactionMetadata:
         """An independent copy of the current state."""
@@ -87,17 +96,28 @@ class CleanedTransactionMetadata:
         self._committed.add(pid)
         return False
 
+    def on_data_retained(self, producer_id: int) -> None:
+        """A record of ``producer_id``'s open (committed) transaction stays in this pass."""
+        self._retained.add(producer_id)
+
     def on_control_batch(self, header: BatchHeader, marker: EndTransactionMarker | None) -> bool:
-        """Rules 2-3: whether this control batch may be discarded (once its horizon passed)."""
+        """Rules 2-3: whether this control batch may be discarded (once its horizon passed);
+        sets :attr:`freed` (rule 4)."""
         self._consume_up_to(header.last_offset)
+        self.freed = False
         if marker is None:
             return header.records_count == 0  # an emptied control batch; KRaft's stay
         pid = header.producer_id
         if marker.type is ControlRecordType.ABORT:
             found = self._aborted.pop(pid, None)
-            return not (found is not None and found[1])
+            seen = found is not None and found[1]
+            self.freed = seen  # aborted data never stays
+            return not seen
         seen = pid in self._committed
         self._committed.discard(pid)
+        retained = pid in self._retained
+        self._retained.discard(pid)
+        self.freed = seen and not retained
         return not seen
 
     def aborted_ranges_left(self) -> int:
@@ -135,7 +155,7 @@ def control_batch_outcome(
     """Rules 2-3 for one control batch, advancing ``txn`` past it."""
     discardable = txn.on_control_batch(header, batch_marker(header, raw, path, position))
     if not discardable:
-        return MarkerOutcome.COPY
+        return MarkerOutcome.COPY  # txn.freed: the caller makes the log due again (rule 4)
     if header.records_count == 0:
         return MarkerOutcome.DROP
     horizon = header.delete_horizon_ms

@@ -159,3 +159,46 @@ def test_nothing_at_or_past_the_last_stable_offset_is_cleaned(
         clean_log(log, force=True)
         assert _latest(_rows(log))[b"k"] == b"v20"
         assert (1, b"k", b"open") not in _rows(log, "read_uncommitted")
+
+
+def test_a_quiet_log_whose_only_removable_content_is_markers_is_due_until_they_are_gone(
+    log_dir: Path, clock: FakeClock
+) -> None:
+    """No new write after the data went: the markers alone make the log due (as expired
+    tombstones do), first for their stamp, then once their horizon passed; a fresh process
+    (a reopened log, nothing remembered) finds them too."""
+    config = _config(delete_retention_ms=1000, segment_bytes=1_000_000)
+    with Log.open(log_dir, config, clock) as log:
+        _build(log)
+        for n in range(8):  # overwrite the committed keys so their data compacts away
+            log.append([(k, b"new-%d" % n) for k in (b"a", b"b", b"shadow", b"c")])
+        log.roll()
+        assert clean_log(log, force=True) is not None  # pass 1: the data goes
+        assert len(_markers(log)) == 3
+        stats = clean_log(log)  # no new write: due for the stamp
+        assert stats is not None and stats.due_reason == "delete horizon"
+        assert [stamped for _o, _p, stamped in _markers(log)] == [True, True, True]
+        assert clean_log(log) is None  # horizon not passed: not due
+        clock.advance(1001)
+    with Log.open(log_dir, config, clock) as log:  # a new process: nothing remembered
+        stats = clean_log(log)
+        assert stats is not None and stats.due_reason == "delete horizon"
+        assert _markers(log) == []
+        assert clean_log(log) is None  # nothing left to remove
+
+
+def test_markers_without_data_left_make_a_reopened_log_due_for_their_stamp(
+    log_dir: Path, clock: FakeClock
+) -> None:
+    config = _config(delete_retention_ms=1000, segment_bytes=1_000_000)
+    with Log.open(log_dir, config, clock) as log:
+        _build(log)
+        for n in range(8):
+            log.append([(k, b"new-%d" % n) for k in (b"a", b"b", b"shadow", b"c")])
+        log.roll()
+        clean_log(log, force=True)  # the data goes, the markers are not stamped yet
+        assert [stamped for _o, _p, stamped in _markers(log)] == [False, False, False]
+    with Log.open(log_dir, config, clock) as log:
+        stats = clean_log(log)
+        assert stats is not None and stats.due_reason == "delete horizon"
+        assert [stamped for _o, _p, stamped in _markers(log)] == [True, True, True]
