@@ -121,6 +121,16 @@ class LogConfig:
     segment_ms: int = attrs.field(default=7 * 24 * 3600 * 1000, validator=_at_least(1))
     """``segment.ms``: roll when the active segment's first record is this old."""
 
+    roll_dirty_ratio: float = attrs.field(default=0.0, validator=_ratio)
+    """Beyond Kafka: roll the active segment (all of it dirty: the cleaner never reads
+    it) once it would grow past ``max(roll_dirty_min_bytes, roll_dirty_ratio * the
+    other segments' bytes)``, so that what a restore replays beyond the cleaned part
+    stays a fraction of it, whatever the write rate (0: off, Kafka's behaviour)."""
+
+    roll_dirty_min_bytes: int = attrs.field(default=1024 * 1024, validator=_at_least(0))
+    """With ``roll_dirty_ratio``: the active segment never rolls by that rule below this
+    size (the fixed allowance of a small log)."""
+
     segment_jitter_ms: int = attrs.field(default=0, validator=_at_least(0))
     """``segment.jitter.ms``: random amount subtracted from ``segment_ms`` per segment."""
 

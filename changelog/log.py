@@ -17,7 +17,8 @@ brackets; ``docs/recovery.md`` tells the whole story):
   ``write`` [L8 cuts a torn tail]; M2 an ABORT of a transaction with data
   appends its entry to the active segment's ``.txnindex`` (not fsynced) [L10
   rebuilds every ``.txnindex`` from the batches]; then A2.
-* roll: R1 flush the old active segment (``.log`` and indexes);
+* roll (by size, age, a full index, or ``roll_dirty_ratio``): R1 flush the old active
+  segment (``.log`` and indexes);
   R2 create the new segment's files [L7 loads them, empty]; R3 fsync the
   directory; R4 write the recovery-point checkpoint.
 * truncate: T0 write the recovery-point checkpoint lowered to the base offset
@@ -583,7 +584,7 @@ class Log:
         with self._fatal_on_storage_error():
             if segment.should_roll(
                 messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
-            ):
+            ) or self._dirty_roll_due(segment, size):
                 segment = self._roll_locked()
             segment.append(batch, largest_offset=last, largest_timestamp_ms=stamp)  # A1 / M1
             self._log_end_offset = last + 1
@@ -598,6 +599,16 @@ class Log:
             flushed=False,
             flush_due=self._rp.appended(count),  # A2 follows in _finish_append, unlocked
         )
+
+    def _dirty_roll_due(self, segment: LogSegment, size: int) -> bool:
+        """``roll_dirty_ratio``: the active segment would pass ``max(roll_dirty_min_bytes,
+        roll_dirty_ratio * the other segments' bytes)`` (it is all dirty: the cleaner
+        never reads it, so a restore replays it whole).  Never for an empty segment."""
+        ratio = self._config.roll_dirty_ratio
+        grown = segment.size_bytes + size
+        if ratio <= 0 or segment.size_bytes == 0 or grown <= self._config.roll_dirty_min_bytes:
+            return False
+        return grown > ratio * self._segments.inactive_bytes()
 
     def _update_producer_state(self, segment: LogSegment, batch: bytes) -> None:
         header = decode_header(batch, 0, path=segment.log_path, end=len(batch), validate=False)

@@ -53,6 +53,13 @@ class LogSegments:
         self.bases = [segment.base_offset for segment in segments]
         """Their base offsets, for bisection."""
         self._pending: list[tuple[int, LogSegment]] = []
+        self._inactive_bytes: int | None = None  # cache: None after any change of the list
+
+    def inactive_bytes(self) -> int:
+        """Bytes of every segment but the active one (their sizes never change)."""
+        if self._inactive_bytes is None:
+            self._inactive_bytes = sum(segment.size_bytes for segment in self.items[:-1])
+        return self._inactive_bytes
 
     def __iter__(self) -> Iterator[LogSegment]:
         """The segments, oldest first."""
@@ -75,6 +82,7 @@ class LogSegments:
         """Append a new active segment (its base offset is above every other)."""
         self.items.append(segment)
         self.bases.append(segment.base_offset)
+        self._inactive_bytes = None
 
     def roll(self, base_offset: int) -> LogSegment:
         """R2-R3: create the new active segment's files at ``base_offset``, fsync the directory."""
@@ -107,6 +115,7 @@ class LogSegments:
         """Make ``segments`` the list (the cleaner's swap, S3)."""
         self.items[:] = segments
         self.bases[:] = [segment.base_offset for segment in segments]
+        self._inactive_bytes = None
 
     def delete_after(self, offset: int) -> None:
         """T1: delete the segments wholly above ``offset``, newest first (a crash leaves a prefix)."""
@@ -115,6 +124,7 @@ class LogSegments:
             self.schedule_delete(segment)
         del self.items[keep:]
         del self.bases[keep:]
+        self._inactive_bytes = None
 
     def apply_retention(self, log_start_offset: int) -> int:
         """D1: delete, oldest first, what :func:`segments_to_delete` says; returns how many."""
@@ -130,6 +140,7 @@ class LogSegments:
             self.schedule_delete(segment)
             del self.items[0]
             del self.bases[0]
+            self._inactive_bytes = None
 
     def schedule_delete(self, segment: LogSegment) -> None:
         """Rename ``segment``'s files to ``.deleted`` and queue them for removal (D1/T1/S4)."""

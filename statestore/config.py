@@ -30,6 +30,8 @@ __all__ = [
 STORE_LOG_CONFIG: Final = LogConfig(
     segment_bytes=64 * 1024 * 1024,
     max_compaction_lag_ms=3600 * 1000,
+    roll_dirty_ratio=0.25,
+    roll_dirty_min_bytes=64 * 1024,
 )
 """The changelog settings of a store that passes none: Kafka's topic defaults, except two.
 
@@ -42,6 +44,13 @@ its first record is an hour old (KIP-354) and the log is due for cleaning then, 
 restore replays about the live keys plus the last hour or so of updates; 64 MiB
 segments let a busy store roll by size and clean by dirty ratio long before that.
 Measured by ``python -m benchmarks.compactness_bench`` (docs/performance.md).
+
+``roll_dirty_ratio=0.25`` and ``roll_dirty_min_bytes=64 KiB`` bound the active segment,
+which the cleaner never reads, by the rest of the log: it rolls once it passes a quarter
+of the other segments (never below 64 KiB), and the cleaner, woken by the roll, cleans
+it.  So a restore replays about the live records plus a small tail whatever the write
+rate, as long as the cleaner keeps up (``python -m benchmarks.restore_bound_bench``,
+docs/operations.md "Restore bounded by live data").
 """
 
 RestoreMode = Literal["full", "incremental"]

@@ -7,7 +7,8 @@ module only decides when and where it runs (Kafka's ``LogCleaner`` and its
 - ``threads`` workers each loop: pick the filthiest due log
   (:meth:`CleanerManager.grab_filthiest_log`), clean it with the worker's own
   offset map (``dedupe_buffer_size_bytes / threads`` each, as Kafka), and sleep
-  ``backoff_ms`` when nothing is due;
+  ``backoff_ms`` when nothing is due, waking early when a log rolls (a roll is what
+  makes dirty data cleanable);
 - one retention thread calls ``log.delete_old_segments()`` every
   ``retention_check_interval_ms`` on every log whose policy includes ``delete``
   (so ``compact,delete`` logs get both);
@@ -32,7 +33,8 @@ recopy (:func:`changelog.cleaner.clean.compact`) in a child Python process
 cores when they contend; the worker thread only waits for it and does the
 brief swap.  A worker process costs an interpreter start per pass (0.3-0.7 s
 measured on the loaded 2-core machine) and ~32 MB of RSS while it runs;
-``worker="thread"`` avoids both.  Throttling is :mod:`changelog.cleaner.throttle`.
+``worker="thread"`` avoids both; a pass over a log of at most
+:data:`IN_THREAD_MAX_BYTES` runs in the worker thread either way.  Throttling is :mod:`changelog.cleaner.throttle`.
 
 Every entry point can also be driven without threads: :meth:`CleanerService.run_once`
 and :meth:`CleanerService.check_retention` take an explicit time.
@@ -45,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
@@ -66,6 +68,16 @@ __all__ = ["WORKER_NICENESS", "CleanerService", "Throttler", "WorkerMode", "clea
 # they are re-exported here, where callers have always found them.
 
 _log = logging.getLogger(__name__)
+
+IN_THREAD_MAX_BYTES: Final = 1024 * 1024
+"""With ``worker="process"``, a pass over a log of at most this many bytes (clean plus
+dirty) still runs in the worker thread: starting an interpreter (0.3-0.7 s of CPU on
+the 2-core machine) costs more than such a pass, and holding the GIL for it stalls
+writers for milliseconds.  Small logs rolled by ``roll_dirty_ratio`` are cleaned
+often; this keeps that cheap."""
+
+ROLL_POLL_S: Final = 0.2
+"""How often a backing-off worker looks for a rolled log (a few attribute reads per log)."""
 
 WorkerMode = Literal["process", "thread"]
 """Where a pass's CPU work runs: a child process per pass (default) or the worker thread."""
@@ -174,7 +186,8 @@ class CleanerService:
             return None
         log = to_clean.log
         key = Path(log.dir)
-        if offset_map is None and self.worker == "thread":
+        in_process = self.worker == "process" and to_clean.total_bytes > IN_THREAD_MAX_BYTES
+        if offset_map is None and not in_process:
             offset_map = OffsetMap(
                 map_memory_bytes(self.config), load_factor=self.config.dedupe_buffer_load_factor
             )
@@ -183,7 +196,7 @@ class CleanerService:
             return self._stop.is_set() or key in self._aborting
 
         try:
-            if self.worker == "process":
+            if in_process:
                 stats = clean_in_process(to_clean, config=self.config, now_ms=now, abort=aborted)
             else:
                 stats = clean(
@@ -316,7 +329,26 @@ class CleanerService:
                 )
                 stats = None
             if stats is None:
-                self._stop.wait(backoff_s)
+                self._back_off(backoff_s)
+
+    def _back_off(self, backoff_s: float) -> None:
+        """Sleep ``backoff_s`` (nothing was due), but wake as soon as a log rolled: a roll is
+        what makes dirty data cleanable (a roll by ``roll_dirty_ratio`` is meant to be
+        cleaned at once, so that a restore never replays much more than the live data)."""
+        rolled_at = self._active_bases()
+        deadline = time.monotonic() + backoff_s
+        while not self._stop.wait(min(ROLL_POLL_S, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline or self._active_bases() != rolled_at:
+                return
+
+    def _active_bases(self) -> dict[Path, int]:
+        bases: dict[Path, int] = {}
+        for log in self._current_logs():
+            try:
+                bases[log.dir] = log.active_segment.base_offset
+            except (ChangelogError, IndexError):  # closing meanwhile
+                continue
+        return bases
 
     def _retain(self) -> None:
         interval_s = self.config.retention_check_interval_ms / 1000

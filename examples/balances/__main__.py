@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from examples.balances.processor import SEGMENT_BYTES, open_balances, run
+from examples.balances.processor import open_balances, run
 from examples.balances.transactions import InputError
 
 __all__ = ["main"]
@@ -43,8 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--segment-bytes",
         type=int,
-        default=SEGMENT_BYTES,
-        help=f"changelog segment.bytes ({SEGMENT_BYTES}; small, so the cleaner has work)",
+        default=None,
+        help="changelog segment.bytes (default: the store's own changelog settings)",
     )
     parser.add_argument(
         "--events", action="store_true", help="report progress as JSON lines on stdout"
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.commit_every < 1:
         parser.error("--commit-every must be at least 1")
-    if args.segment_bytes < 1024:
+    if args.segment_bytes is not None and args.segment_bytes < 1024:
         parser.error("--segment-bytes must be at least 1024")
     if args.input is not None and not args.input.is_file():
         parser.error(f"--input {args.input}: no such file")

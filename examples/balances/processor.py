@@ -38,13 +38,13 @@ from typing import Any, BinaryIO, Final, Protocol
 
 import attrs
 
-from changelog.config import CleanerConfig, LogConfig
+from changelog.config import CleanerConfig
 from examples.balances.transactions import InputError, parse_line
+from statestore.config import STORE_LOG_CONFIG
 
 __all__ = [
     "PARTITIONS",
     "POSITION_KEY",
-    "SEGMENT_BYTES",
     "STORE_NAME",
     "BalanceStore",
     "Position",
@@ -55,9 +55,6 @@ __all__ = [
 ]
 
 STORE_NAME: Final = "balances"
-SEGMENT_BYTES: Final = 256 * 1024
-"""The changelog's ``segment.bytes``: small (Kafka's default is 1 GiB) so that even a short
-run rolls segments and the background cleaner compacts them while the service works."""
 PARTITIONS: Final = 4
 """Changelog partitions of the balances store: every commit spans several, so it is a transaction."""
 POSITION_KEY: Final = "balances-input-position"
@@ -112,11 +109,15 @@ def balances_of(items: Iterator[tuple[str, Any]]) -> dict[str, int]:
     return {key: int(value) for key, value in items}
 
 
-def open_balances(manager: Any, *, segment_bytes: int = SEGMENT_BYTES) -> Any:
-    """The balances store of ``manager`` (opened and restored)."""
-    return manager.store(
-        STORE_NAME, partitions=PARTITIONS, log_config=LogConfig(segment_bytes=segment_bytes)
+def open_balances(manager: Any, *, segment_bytes: int | None = None) -> Any:
+    """The balances store of ``manager`` (opened and restored): the store's default changelog
+    settings (:data:`~statestore.config.STORE_LOG_CONFIG`), or those with ``segment_bytes``."""
+    log_config = (
+        None
+        if segment_bytes is None
+        else attrs.evolve(STORE_LOG_CONFIG, segment_bytes=segment_bytes)
     )
+    return manager.store(STORE_NAME, partitions=PARTITIONS, log_config=log_config)
 
 
 def _lines(source: BinaryIO, start: Position, seekable: bool) -> Iterator[tuple[bytes, int]]:
@@ -223,7 +224,7 @@ def run(
     *,
     commit_every: int = 500,
     events: bool = False,
-    segment_bytes: int = SEGMENT_BYTES,
+    segment_bytes: int | None = None,
     metrics_port: int | None = None,
 ) -> RunSummary:
     """Open the state, restore it, process the input and close cleanly (the entry point's body).
@@ -256,6 +257,7 @@ def run(
             records_replayed=sum(
                 result.records_restored for result in manager.restore_results(STORE_NAME)
             ),
+            offsets_written=sum(log.log_end_offset for log in store.changelogs),
             seconds=round(restore_seconds, 4),
             pid=os.getpid(),
         )
