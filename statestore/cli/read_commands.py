@@ -61,6 +61,7 @@ def _partition_doc(info: PartitionInfo) -> dict[str, Any]:
         "dirty_bytes": info.dirty_bytes,
         "dirty_ratio": round(info.dirty_ratio, 4),
         "records": info.records,
+        "markers": info.markers,
         "live_keys": info.live_keys,
         "tombstones": info.tombstones,
         "invalid_bytes": info.invalid_bytes,
@@ -130,6 +131,7 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
                     format_bytes(info.size_bytes),
                     f"{info.dirty_ratio:.2f}",
                     info.records,
+                    info.markers,
                     info.live_keys,
                     info.tombstones,
                     "-" if rocksdb is None else format_bytes(rocksdb),
@@ -146,12 +148,13 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
                 "size",
                 "dirty ratio",
                 "records",
+                "markers",
                 "live keys",
                 "tombstones",
                 "rocksdb",
             ],
             rows,
-            right=[False, True, True, True, True, True, True, True, True, True, True],
+            right=[False, True, True, True, True, True, True, True, True, True, True, True],
         )
         + "\n"
     )

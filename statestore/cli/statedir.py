@@ -255,7 +255,9 @@ class PartitionInfo:
     over the non-active segments; ``live_keys`` and ``tombstones`` are the
     keys whose latest record has a value or is a tombstone (``None`` when not
     counted); ``invalid_bytes`` are bytes after the last whole batch of a
-    segment (a torn tail; ``statestore verify`` says more).
+    segment (a torn tail; ``statestore verify`` says more).  ``records`` counts
+    data records only; ``markers`` the transaction markers (COMMIT/ABORT control
+    records), which are never records of the store.
     """
 
     directory: Path
@@ -267,6 +269,7 @@ class PartitionInfo:
     clean_bytes: int = 0
     dirty_bytes: int = 0
     records: int = 0
+    markers: int = 0
     live_keys: int | None = None
     tombstones: int | None = None
     invalid_bytes: int = 0
@@ -324,7 +327,10 @@ def scan_partition(
                     except (CorruptRecordError, UnsupportedFormatError):
                         pass  # verify reports it; the counts just miss this batch
                 batches += 1
-                records += header.records_count
+                if header.is_control:
+                    info.markers += header.records_count
+                else:
+                    records += header.records_count
                 next_offset = header.next_offset
                 position += header.size_in_bytes
                 advance(header.size_in_bytes)
