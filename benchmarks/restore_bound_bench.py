@@ -18,7 +18,7 @@ Two settings, each on the same workload in the same run:
 
 * ``store defaults``: :data:`statestore.config.STORE_LOG_CONFIG` as it is now
   (``roll_dirty_ratio=0.25``: the active segment rolls once it passes a quarter of the
-  rest, never below ``roll_dirty_min_bytes`` = 1 MiB);
+  rest, never below ``roll_dirty_min_bytes`` = 64 KiB);
 * ``previous defaults``: the same with ``roll_dirty_ratio=0`` (64 MiB segments, a roll
   by age after ``max_compaction_lag_ms`` = one hour): the active segment holds up to
   64 MiB of updates, all of which a restore replays.
@@ -50,8 +50,8 @@ from statestore.config import STORE_LOG_CONFIG
 COMMIT_RECORDS = 1000
 SAMPLE_S = 0.5
 ALLOWANCE_RECORDS = 100_000
-"""The fixed allowance the target grants: about 3 MiB of these records (the 1 MiB active
-segment, a rolled one waiting for the cleaner, and the pass under way)."""
+"""The fixed allowance the target grants (about 3 MiB of these records): the active segment,
+rolled ones waiting for the cleaner, and what is written while a pass runs."""
 
 
 def replayed_records(partition: Path) -> int:
