@@ -78,9 +78,19 @@ class KafkaBroker:
     """
 
     def __init__(
-        self, dist: KafkaDist, work_dir: Path, *, jvm_opts: Sequence[str] = BROKER_JVM_OPTS
+        self,
+        dist: KafkaDist,
+        work_dir: Path,
+        *,
+        jvm_opts: Sequence[str] = BROKER_JVM_OPTS,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         self.dist = dist
+        self.sasl_users = dict(sasl_users or {})
+        """SASL/PLAIN users (name -> password): if any, a ``SASL_PLAINTEXT`` listener is added
+        beside ``PLAINTEXT`` (:attr:`sasl_bootstrap_servers`); the ``PLAINTEXT`` and controller
+        listeners keep the ``User:ANONYMOUS`` principal."""
+        self.sasl_port = 0
         self.jvm_opts = tuple(jvm_opts)
         """JVM options of the broker (default: C1 only and a small heap, for short tests)."""
         self.work_dir = work_dir
@@ -99,6 +109,13 @@ class KafkaBroker:
         if self._proc is None:
             raise KafkaRuntimeError("the broker is not running")
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>`` of the running broker's ``SASL_PLAINTEXT`` listener."""
+        if self._proc is None or not self.sasl_users:
+            raise KafkaRuntimeError("the broker is not running with a SASL listener")
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def pid(self) -> int:
@@ -142,6 +159,19 @@ class KafkaBroker:
             "log.cleaner.threads": "1",
             "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
         }
+        if self.sasl_users:
+            self.sasl_port = free_port()
+            while self.sasl_port in (self.port, controller_port):
+                self.sasl_port = free_port()
+            sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+            users = " ".join(f'user_{name}="{secret}"' for name, secret in self.sasl_users.items())
+            settings["listeners"] += f",{sasl}"
+            settings["advertised.listeners"] += f",{sasl}"
+            settings["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            settings["sasl.enabled.mechanisms"] = "PLAIN"
+            settings["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            )
         settings.update(overrides)
         lines = [f"{key}={value}" for key, value in settings.items()]
         self.config_file.write_text("\n".join(lines) + "\n")

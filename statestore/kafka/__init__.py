@@ -16,6 +16,7 @@ from __future__ import annotations
 from statestore.kafka.commit import CommitResult, OutputRecord
 from statestore.kafka.config import ChangelogTopicConfig, ProcessorConfig
 from statestore.kafka.errors import (
+    AuthorizationFailedError,
     BrokerRestoreError,
     ChangelogTopicMismatchError,
     CommitFailedError,
@@ -48,6 +49,7 @@ from statestore.kafka.topics import (
 )
 
 __all__ = [
+    "AuthorizationFailedError",
     "BrokerRestoreError",
     "ChangelogTopicConfig",
     "ChangelogTopicMismatchError",

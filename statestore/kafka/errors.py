@@ -7,6 +7,7 @@
         ├── ChangelogTopicMismatchError  an existing changelog topic has other settings
         ├── CoPartitioningError          input topics (or a changelog) differ in partition count
         ├── KafkaClientError             a broker or client call failed (``kafka_error`` kept)
+        │   ├── AuthorizationFailedError the principal lacks an ACL (topic, group, transactional id)
         │   ├── TransactionAbortedError  the transaction was aborted; buffers dropped, inputs rewound
         │   ├── ProducerFencedError      another producer took our transactional.id (or epoch)
         │   └── CommitFailedError        commits keep failing: a failure that will not heal
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from statestore.errors import StateStoreError
 
 __all__ = [
+    "AuthorizationFailedError",
     "BrokerRestoreError",
     "ChangelogTopicMismatchError",
     "CoPartitioningError",
@@ -80,6 +82,24 @@ class KafkaClientError(KafkaStateError):
         self.operation = operation
         self.code = code
         self.reason = reason
+
+
+class AuthorizationFailedError(KafkaClientError):
+    """The broker refused the call: the principal lacks an ACL.
+
+    ``code`` is Kafka's (``TOPIC_AUTHORIZATION_FAILED``, ``GROUP_AUTHORIZATION_FAILED``,
+    ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``, ``CLUSTER_AUTHORIZATION_FAILED``) and
+    ``operation`` names the call and its resource.  Raised at start, it leaves the broker
+    unchanged (docs/scale-out.md lists the ACLs the runtime needs).
+    """
+
+
+def client_error(operation: str, code: str, reason: str) -> KafkaClientError:
+    """The :class:`KafkaClientError` for a failed call: :class:`AuthorizationFailedError` when
+    ``code`` is one of Kafka's authorization errors."""
+    if code.endswith("_AUTHORIZATION_FAILED"):
+        return AuthorizationFailedError(operation, code, reason)
+    return KafkaClientError(operation, code, reason)
 
 
 class TransactionAbortedError(KafkaClientError):

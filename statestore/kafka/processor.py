@@ -69,6 +69,7 @@ from statestore.kafka.errors import (
     ProcessorFailedError,
     ProducerFencedError,
     TransactionAbortedError,
+    client_error,
 )
 from statestore.kafka.handlers import (
     ProcessingErrorContext,
@@ -292,6 +293,9 @@ class Processor:
             try:
                 producer.init_transactions(self._config.transaction_timeout_ms / 1000 * 3)
             except Exception as exc:
+                error: Any = exc.args[0] if exc.args else None
+                if hasattr(error, "name") and hasattr(error, "str"):  # a librdkafka KafkaError
+                    raise client_error("init_transactions", error.name(), error.str()) from exc
                 raise KafkaClientError("init_transactions", type(exc).__name__, str(exc)) from exc
         return producer
 

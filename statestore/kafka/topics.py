@@ -25,9 +25,11 @@ import attrs
 
 from statestore.kafka.config import ChangelogTopicConfig
 from statestore.kafka.errors import (
+    AuthorizationFailedError,
     ChangelogTopicMismatchError,
     CoPartitioningError,
     KafkaClientError,
+    client_error,
 )
 
 __all__ = [
@@ -68,7 +70,7 @@ def _admin_api() -> Any:
 def _wrap(operation: str, exc: Exception) -> KafkaClientError:
     error: Any = exc.args[0] if exc.args else None
     if hasattr(error, "name") and hasattr(error, "str"):
-        return KafkaClientError(operation, error.name(), error.str())
+        return client_error(operation, error.name(), error.str())
     return KafkaClientError(operation, type(exc).__name__, str(exc))
 
 
@@ -86,6 +88,7 @@ def partition_counts(admin: Any, topics: Iterable[str], *, timeout_s: float = 30
         for topic in wanted:
             found = metadata.topics.get(topic)
             if found is None or found.error is not None:
+                _raise_if_unauthorized(admin, topic, timeout_s)  # no retry heals a missing ACL
                 reason = "unknown topic" if found is None else str(found.error)
                 missing = KafkaClientError(
                     f"describe topic {topic!r}", "UNKNOWN_TOPIC_OR_PART", reason
@@ -97,6 +100,23 @@ def partition_counts(admin: Any, topics: Iterable[str], *, timeout_s: float = 30
         if time.monotonic() > deadline:
             raise missing
         time.sleep(0.1)
+
+
+def _raise_if_unauthorized(admin: Any, topic: str, timeout_s: float) -> None:
+    """Raise :class:`AuthorizationFailedError` if ``topic`` is hidden from us by an ACL.
+
+    A full metadata listing leaves out the topics the principal may not describe;
+    asked by name, the broker answers ``TOPIC_AUTHORIZATION_FAILED`` instead.
+    """
+    from confluent_kafka import TopicCollection  # noqa: PLC0415 - optional dependency
+
+    try:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)
+        future[topic].result(timeout=timeout_s)
+    except Exception as exc:  # only an authorization error is of interest here
+        error = _wrap(f"describe topic {topic!r}", exc)
+        if isinstance(error, AuthorizationFailedError):
+            raise error from exc
 
 
 def check_copartitioned(admin: Any, topics: Sequence[str], *, timeout_s: float = 30) -> int:

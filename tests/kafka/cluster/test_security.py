@@ -1,0 +1,208 @@
+"""A secured broker: SASL/PLAIN and Kafka's StandardAuthorizer with the ACLs docs/scale-out.md lists.
+
+The broker (its own, for this module) has a ``SASL_PLAINTEXT`` listener for
+the applications and the admin, whose principal ``User:admin`` is a super
+user; its ``PLAINTEXT`` and controller listeners (principal
+``User:ANONYMOUS``, also a super user) serve the broker itself and the oracle.
+The ACLs are granted by ``User:admin`` over SASL with the admin client.
+
+* ``User:alice`` has exactly the documented ACLs: an exactly-once run with a
+  changelog and an output topic passes the oracle.
+* ``User:mallory`` lacks the output topic or the changelog topics: the start
+  fails with :class:`AuthorizationFailedError`, the topic list and the
+  topics' end offsets are unchanged.
+* No password appears in the captured logs (Python's and librdkafka's
+  stderr), in the errors, or in the configs' reprs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from scripts.kafka.broker import KafkaBroker
+from scripts.kafka.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch, missing_prerequisites
+from statestore.kafka import AuthorizationFailedError, SecurityConfig, changelog_topic_name
+from tests.kafka.cluster.conftest import BROKER_OVERRIDES
+from tests.kafka.cluster.oracle import PARTITIONS, App, run_until
+
+SECRETS = {"admin": "adm1n-S3cret", "alice": "al1ce-S3cret", "mallory": "mall0ry-S3cret"}
+
+
+def _security(user: str) -> SecurityConfig:
+    return SecurityConfig(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_username=user,
+        sasl_password=SECRETS[user],
+    )
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    reason = missing_prerequisites()
+    if reason is not None:
+        pytest.skip(reason)
+    dist = fetch(version=CLUSTER_KAFKA_VERSION)
+    broker = KafkaBroker(dist, tmp_path_factory.mktemp("secured-broker"), sasl_users=SECRETS)
+    try:
+        broker.start(
+            {
+                **BROKER_OVERRIDES,
+                "authorizer.class.name": (
+                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                ),
+                "super.users": "User:admin;User:ANONYMOUS",
+            }
+        )
+        yield broker
+        broker.stop()
+    finally:
+        broker.kill()
+
+
+def _admin(broker: KafkaBroker) -> AdminClient:
+    """``User:admin`` (a super user) over SASL."""
+    return AdminClient(
+        {"bootstrap.servers": broker.sasl_bootstrap_servers, **_security("admin").client_settings()}
+    )
+
+
+def _grant(
+    broker: KafkaBroker, user: str, app: App, *, output: bool = True, changelog: bool = True
+) -> None:
+    """The ACLs docs/scale-out.md lists for ``app``, less those switched off."""
+    principal = f"User:{user}"
+    topic, group, txn = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+    literal, prefixed = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    wanted = [
+        (topic, app.input, literal, AclOperation.READ),
+        (group, app.name, prefixed, AclOperation.READ),
+        (txn, f"{app.name}-", prefixed, AclOperation.WRITE),
+    ]
+    if output:
+        wanted.append((topic, app.output, literal, AclOperation.WRITE))
+    if changelog:
+        wanted += [
+            (topic, changelog_topic_name(app.name, "sums"), literal, operation)
+            for operation in (
+                AclOperation.READ,
+                AclOperation.WRITE,
+                AclOperation.DESCRIBE_CONFIGS,
+                AclOperation.CREATE,
+            )
+        ]
+    bindings = [
+        AclBinding(kind, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
+        for kind, name, pattern, operation in wanted
+    ]
+    admin = _admin(broker)  # kept alive until the futures are done
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=30)
+
+
+def _ends(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "secured-oracle"})
+    try:
+        return {
+            (topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for topic in topics
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+
+
+def _no_secret(*texts: str) -> None:
+    for text in texts:
+        for user, secret in SECRETS.items():
+            assert secret not in text, f"{user}'s password leaked"
+
+
+def test_the_granted_principal_runs_exactly_once_end_to_end(
+    secured: KafkaBroker,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    app = App(secured.bootstrap_servers, "sec-ok")
+    _grant(secured, "alice", app)
+    app.feed(200)
+    config: dict[str, Any] = {
+        "bootstrap_servers": secured.sasl_bootstrap_servers,
+        "security": _security("alice"),
+        "processing_guarantee": "exactly_once_v2",
+    }
+    with caplog.at_level(logging.DEBUG):
+        processor = app.processor(tmp_path, **config)
+        with processor:
+            run_until(
+                lambda: processor.poll_once(0.1),
+                lambda: len(processor.assignment) == PARTITIONS and app.committed_end(),
+            )
+            processor.commit()
+            metrics = repr(processor.metrics())
+        app.check()
+        assert processor.commits >= 1
+        logging.getLogger("statestore").info("config: %r", app.config(**config))
+    captured = capfd.readouterr()
+    assert "sasl_password='***'" in caplog.text
+    _no_secret(caplog.text, captured.out, captured.err, metrics)
+
+
+@pytest.mark.parametrize("missing", ["output", "changelog"])
+def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
+    secured: KafkaBroker,
+    tmp_path: Path,
+    missing: str,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    app = App(secured.bootstrap_servers, f"sec-no-{missing}")
+    changelog = changelog_topic_name(app.name, "sums")
+    plain = AdminClient({"bootstrap.servers": secured.bootstrap_servers})
+    if missing == "changelog":
+        # The changelog exists (made by an operator) but mallory may not touch it.
+        plain.create_topics(
+            [NewTopic(changelog, num_partitions=PARTITIONS, config={"cleanup.policy": "compact"})]
+        )[changelog].result(timeout=60)
+    _grant(secured, "mallory", app, output=missing != "output", changelog=missing != "changelog")
+    app.feed(20)
+    deadline = time.monotonic() + 30
+    while changelog not in set(plain.list_topics(timeout=30).topics) and missing == "changelog":
+        assert time.monotonic() < deadline, "the changelog topic never showed in the metadata"
+    watched = [app.output, *([changelog] if missing == "changelog" else [])]
+    ends_before = _ends(secured.bootstrap_servers, watched)  # (makes __consumer_offsets)
+    topics_before = set(plain.list_topics(timeout=30).topics)
+    with caplog.at_level(logging.DEBUG):
+        processor = app.processor(
+            tmp_path,
+            bootstrap_servers=secured.sasl_bootstrap_servers,
+            security=_security("mallory"),
+        )
+        with pytest.raises(AuthorizationFailedError) as refused:
+            processor.start()
+        processor.close()
+    error = refused.value
+    assert error.code == "TOPIC_AUTHORIZATION_FAILED", error
+    assert (app.output if missing == "output" else changelog) in error.operation
+    assert set(plain.list_topics(timeout=30).topics) == topics_before, "a topic was created"
+    assert _ends(secured.bootstrap_servers, watched) == ends_before, "something was written"
+    assert not app.committed_end() or not app.fed, "input offsets were committed"
+    captured = capfd.readouterr()
+    _no_secret(str(error), repr(error), caplog.text, captured.out, captured.err)
