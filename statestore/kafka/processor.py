@@ -87,6 +87,7 @@ from statestore.kafka.topics import (
     TopicInfo,
     changelog_topic_name,
     check_copartitioned,
+    check_topic_rights,
     ensure_changelog_topics,
     partition_counts,
 )
@@ -315,6 +316,10 @@ class Processor:
             sinks.append(config.dead_letter_queue_topic)
         if sinks:
             partition_counts(self._admin, sinks)  # the runtime never creates them
+        # Read and write rights now, not at the first commit (a broker without an
+        # authorizer reports every operation as allowed).
+        rights = dict.fromkeys(config.input_topics, "read")
+        check_topic_rights(self._admin, {**rights, **dict.fromkeys(sinks, "write")})
         names = {name: changelog_topic_name(config.application_id, name) for name in self._specs}
         infos = ensure_changelog_topics(
             self._admin, list(names.values()), partitions=self._partitions, config=config.changelog

@@ -36,6 +36,7 @@ __all__ = [
     "TopicInfo",
     "changelog_topic_name",
     "check_copartitioned",
+    "check_topic_rights",
     "ensure_changelog_topic",
     "ensure_changelog_topics",
     "partition_counts",
@@ -117,6 +118,39 @@ def _raise_if_unauthorized(admin: Any, topic: str, timeout_s: float) -> None:
         error = _wrap(f"describe topic {topic!r}", exc)
         if isinstance(error, AuthorizationFailedError):
             raise error from exc
+
+
+def check_topic_rights(admin: Any, operations: Mapping[str, str], *, timeout_s: float = 30) -> None:
+    """Raise :class:`AuthorizationFailedError` unless the principal may do each operation.
+
+    ``operations`` maps topics to ``"read"`` or ``"write"``; the broker's authorized
+    operations of each topic (KIP-430) are compared.  A client or broker that reports
+    none (``None``) is not checked here: the call itself fails later.
+    """
+    from confluent_kafka import TopicCollection  # noqa: PLC0415 - optional dependency
+
+    acl_operation = _admin_api().AclOperation
+    names = list(operations)
+    if not names:
+        return
+    try:
+        futures = admin.describe_topics(
+            TopicCollection(names), request_timeout=timeout_s, include_authorized_operations=True
+        )
+        described = {name: futures[name].result(timeout=timeout_s) for name in names}
+    except Exception as exc:
+        raise _wrap("describe topics", exc) from exc
+    for name in names:
+        allowed = getattr(described[name], "authorized_operations", None)
+        if allowed is None:
+            continue
+        needed = acl_operation.READ if operations[name] == "read" else acl_operation.WRITE
+        if needed not in allowed and acl_operation.ALL not in allowed:
+            raise AuthorizationFailedError(
+                f"{operations[name]} topic {name!r}",
+                "TOPIC_AUTHORIZATION_FAILED",
+                f"the principal may not {operations[name]} the topic (no {needed.name} ACL)",
+            )
 
 
 def check_copartitioned(admin: Any, topics: Sequence[str], *, timeout_s: float = 30) -> int:

@@ -8,8 +8,8 @@ The ACLs are granted by ``User:admin`` over SASL with the admin client.
 
 * ``User:alice`` has exactly the documented ACLs: an exactly-once run with a
   changelog and an output topic passes the oracle.
-* ``User:mallory`` lacks the output topic or the changelog topics: the start
-  fails with :class:`AuthorizationFailedError`, the topic list and the
+* ``User:mallory`` lacks the output topic (or may only describe it) or the
+  changelog topic: the start fails with :class:`AuthorizationFailedError`, the topic list and the
   topics' end offsets are unchanged.
 * No password appears in the captured logs (Python's and librdkafka's
   stderr), in the errors, or in the configs' reprs.
@@ -84,7 +84,12 @@ def _admin(broker: KafkaBroker) -> AdminClient:
 
 
 def _grant(
-    broker: KafkaBroker, user: str, app: App, *, output: bool = True, changelog: bool = True
+    broker: KafkaBroker,
+    user: str,
+    app: App,
+    *,
+    output: AclOperation | None = AclOperation.WRITE,
+    changelog: bool = True,
 ) -> None:
     """The ACLs docs/scale-out.md lists for ``app``, less those switched off."""
     principal = f"User:{user}"
@@ -95,8 +100,8 @@ def _grant(
         (group, app.name, prefixed, AclOperation.READ),
         (txn, f"{app.name}-", prefixed, AclOperation.WRITE),
     ]
-    if output:
-        wanted.append((topic, app.output, literal, AclOperation.WRITE))
+    if output is not None:
+        wanted.append((topic, app.output, literal, output))
     if changelog:
         wanted += [
             (topic, changelog_topic_name(app.name, "sums"), literal, operation)
@@ -165,7 +170,7 @@ def test_the_granted_principal_runs_exactly_once_end_to_end(
     _no_secret(caplog.text, captured.out, captured.err, metrics)
 
 
-@pytest.mark.parametrize("missing", ["output", "changelog"])
+@pytest.mark.parametrize("missing", ["output", "output-write", "changelog"])
 def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
     secured: KafkaBroker,
     tmp_path: Path,
@@ -181,7 +186,14 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
         plain.create_topics(
             [NewTopic(changelog, num_partitions=PARTITIONS, config={"cleanup.policy": "compact"})]
         )[changelog].result(timeout=60)
-    _grant(secured, "mallory", app, output=missing != "output", changelog=missing != "changelog")
+    outputs = {"output": None, "output-write": AclOperation.DESCRIBE}
+    _grant(
+        secured,
+        "mallory",
+        app,
+        output=outputs.get(missing, AclOperation.WRITE),
+        changelog=missing != "changelog",
+    )
     app.feed(20)
     deadline = time.monotonic() + 30
     while changelog not in set(plain.list_topics(timeout=30).topics) and missing == "changelog":
@@ -200,7 +212,7 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
         processor.close()
     error = refused.value
     assert error.code == "TOPIC_AUTHORIZATION_FAILED", error
-    assert (app.output if missing == "output" else changelog) in error.operation
+    assert (changelog if missing == "changelog" else app.output) in error.operation
     assert set(plain.list_topics(timeout=30).topics) == topics_before, "a topic was created"
     assert _ends(secured.bootstrap_servers, watched) == ends_before, "something was written"
     assert not app.committed_end() or not app.fed, "input offsets were committed"

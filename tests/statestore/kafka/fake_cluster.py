@@ -54,6 +54,7 @@ class _Described:
     def __init__(self, partitions: int, topic_id: str) -> None:
         self.partitions = list(range(partitions))
         self.topic_id = topic_id
+        self.authorized_operations = None  # as a broker that does not report them
 
 
 class _Entry:
@@ -131,7 +132,9 @@ class FakeAdmin:
             }
         )
 
-    def describe_topics(self, collection: Any, request_timeout: float = -1) -> dict[str, Any]:
+    def describe_topics(
+        self, collection: Any, request_timeout: float = -1, **_options: Any
+    ) -> dict[str, Any]:
         return {
             name: _done(_Described(len(self.cluster.topics[name]), f"id-{name}"))
             for name in collection.topic_names
