@@ -316,11 +316,14 @@ class Processor:
             sinks.append(config.dead_letter_queue_topic)
         if sinks:
             partition_counts(self._admin, sinks)  # the runtime never creates them
-        # Read and write rights now, not at the first commit (a broker without an
-        # authorizer reports every operation as allowed).
-        rights = dict.fromkeys(config.input_topics, "read")
-        check_topic_rights(self._admin, {**rights, **dict.fromkeys(sinks, "write")})
         names = {name: changelog_topic_name(config.application_id, name) for name in self._specs}
+        # Read and write rights now, not at the first commit or restore (a broker without
+        # an authorizer reports every operation as allowed).
+        visible = set(self._admin.list_topics(timeout=30).topics)
+        rights: dict[str, tuple[str, ...]] = dict.fromkeys(config.input_topics, ("read",))
+        rights.update(dict.fromkeys(sinks, ("write",)))
+        rights.update({t: ("read", "write") for t in names.values() if t in visible})
+        check_topic_rights(self._admin, rights)
         infos = ensure_changelog_topics(
             self._admin, list(names.values()), partitions=self._partitions, config=config.changelog
         )

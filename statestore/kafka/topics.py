@@ -120,10 +120,13 @@ def _raise_if_unauthorized(admin: Any, topic: str, timeout_s: float) -> None:
             raise error from exc
 
 
-def check_topic_rights(admin: Any, operations: Mapping[str, str], *, timeout_s: float = 30) -> None:
+def check_topic_rights(
+    admin: Any, operations: Mapping[str, Sequence[str]], *, timeout_s: float = 30
+) -> None:
     """Raise :class:`AuthorizationFailedError` unless the principal may do each operation.
 
-    ``operations`` maps topics to ``"read"`` or ``"write"``; the broker's authorized
+    ``operations`` maps existing topics to what the runtime does there (``"read"``,
+    ``"write"``); the broker's authorized
     operations of each topic (KIP-430) are compared.  A client or broker that reports
     none (``None``) is not checked here: the call itself fails later.
     """
@@ -144,13 +147,14 @@ def check_topic_rights(admin: Any, operations: Mapping[str, str], *, timeout_s: 
         allowed = getattr(described[name], "authorized_operations", None)
         if allowed is None:
             continue
-        needed = acl_operation.READ if operations[name] == "read" else acl_operation.WRITE
-        if needed not in allowed and acl_operation.ALL not in allowed:
-            raise AuthorizationFailedError(
-                f"{operations[name]} topic {name!r}",
-                "TOPIC_AUTHORIZATION_FAILED",
-                f"the principal may not {operations[name]} the topic (no {needed.name} ACL)",
-            )
+        for verb in operations[name]:
+            needed = acl_operation.READ if verb == "read" else acl_operation.WRITE
+            if needed not in allowed and acl_operation.ALL not in allowed:
+                raise AuthorizationFailedError(
+                    f"{verb} topic {name!r}",
+                    "TOPIC_AUTHORIZATION_FAILED",
+                    f"the principal may not {verb} the topic (no {needed.name} ACL)",
+                )
 
 
 def check_copartitioned(admin: Any, topics: Sequence[str], *, timeout_s: float = 30) -> int:

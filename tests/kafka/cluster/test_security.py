@@ -89,7 +89,12 @@ def _grant(
     app: App,
     *,
     output: AclOperation | None = AclOperation.WRITE,
-    changelog: bool = True,
+    changelog: tuple[AclOperation, ...] = (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.CREATE,
+    ),
 ) -> None:
     """The ACLs docs/scale-out.md lists for ``app``, less those switched off."""
     principal = f"User:{user}"
@@ -102,16 +107,10 @@ def _grant(
     ]
     if output is not None:
         wanted.append((topic, app.output, literal, output))
-    if changelog:
-        wanted += [
-            (topic, changelog_topic_name(app.name, "sums"), literal, operation)
-            for operation in (
-                AclOperation.READ,
-                AclOperation.WRITE,
-                AclOperation.DESCRIBE_CONFIGS,
-                AclOperation.CREATE,
-            )
-        ]
+    wanted += [
+        (topic, changelog_topic_name(app.name, "sums"), literal, operation)
+        for operation in changelog
+    ]
     bindings = [
         AclBinding(kind, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
         for kind, name, pattern, operation in wanted
@@ -170,7 +169,7 @@ def test_the_granted_principal_runs_exactly_once_end_to_end(
     _no_secret(caplog.text, captured.out, captured.err, metrics)
 
 
-@pytest.mark.parametrize("missing", ["output", "output-write", "changelog"])
+@pytest.mark.parametrize("missing", ["output", "output-write", "changelog", "changelog-write"])
 def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
     secured: KafkaBroker,
     tmp_path: Path,
@@ -181,7 +180,7 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
     app = App(secured.bootstrap_servers, f"sec-no-{missing}")
     changelog = changelog_topic_name(app.name, "sums")
     plain = AdminClient({"bootstrap.servers": secured.bootstrap_servers})
-    if missing == "changelog":
+    if missing.startswith("changelog"):
         # The changelog exists (made by an operator) but mallory may not touch it.
         plain.create_topics(
             [NewTopic(changelog, num_partitions=PARTITIONS, config={"cleanup.policy": "compact"})]
@@ -192,13 +191,26 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
         "mallory",
         app,
         output=outputs.get(missing, AclOperation.WRITE),
-        changelog=missing != "changelog",
+        changelog={
+            "changelog": (),
+            "changelog-write": (AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS),
+        }.get(
+            missing,
+            (
+                AclOperation.READ,
+                AclOperation.WRITE,
+                AclOperation.DESCRIBE_CONFIGS,
+                AclOperation.CREATE,
+            ),
+        ),
     )
     app.feed(20)
     deadline = time.monotonic() + 30
-    while changelog not in set(plain.list_topics(timeout=30).topics) and missing == "changelog":
+    while missing.startswith("changelog") and changelog not in set(
+        plain.list_topics(timeout=30).topics
+    ):
         assert time.monotonic() < deadline, "the changelog topic never showed in the metadata"
-    watched = [app.output, *([changelog] if missing == "changelog" else [])]
+    watched = [app.output, *([changelog] if missing.startswith("changelog") else [])]
     ends_before = _ends(secured.bootstrap_servers, watched)  # (makes __consumer_offsets)
     topics_before = set(plain.list_topics(timeout=30).topics)
     with caplog.at_level(logging.DEBUG):
@@ -212,7 +224,7 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
         processor.close()
     error = refused.value
     assert error.code == "TOPIC_AUTHORIZATION_FAILED", error
-    assert (changelog if missing == "changelog" else app.output) in error.operation
+    assert (changelog if missing.startswith("changelog") else app.output) in error.operation
     assert set(plain.list_topics(timeout=30).topics) == topics_before, "a topic was created"
     assert _ends(secured.bootstrap_servers, watched) == ends_before, "something was written"
     assert not app.committed_end() or not app.fed, "input offsets were committed"
