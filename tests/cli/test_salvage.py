@@ -523,6 +523,7 @@ def records_of_copy(partition: Path, scratch: Path) -> list[Rec]:
     return records(scratch)
 
 
+@pytest.mark.slow  # a long fault sweep (120 s at load 14): the slow tier
 def test_kill_9_at_every_step_of_a_truncate_leaves_a_prefix_and_the_rerun_finishes(
     tmp_path: Path, template: Path
 ) -> None:

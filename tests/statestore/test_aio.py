@@ -163,18 +163,19 @@ async def _lag_probe(stop: asyncio.Event, period_s: float = 0.001) -> float:
     return worst
 
 
-FSYNC_DELAY_S = 0.2
+FSYNC_DELAY_S = 0.4
 """Every changelog fsync of these tests is slowed to this (a slow disk): one on the loop shows."""
-LAG_BOUND_S = 0.1
-"""The loop-lag bound: 100 ms, half of one slowed fsync.  Chosen for a loaded 2-core machine:
+LAG_BOUND_S = 0.2
+"""The loop-lag bound: 200 ms, half of one slowed fsync.  Chosen for a loaded 2-core machine:
 there an idle loop's probe alone measured 7-10 ms of lag at load 7, and 20-27 ms with 16
 writers committing (GIL hand-overs to the committer thread), so a 5 ms bound would fail with
-nothing blocking the loop; docs/serving.md has the measurements."""
+nothing blocking the loop, and a 100 ms bound failed once at load 14 (340 ms); docs/serving.md
+has the measurements."""
 
 
 @pytest.mark.parametrize("off_loop", [True, False])
 def test_commits_never_block_the_loop(tmp_path: Path, off_loop: bool) -> None:
-    """16 writers, fsyncs slowed to 200 ms: the loop stays within the bound; the control blocks."""
+    """16 writers, fsyncs slowed to 400 ms: the loop stays within the bound; the control blocks."""
 
     async def main() -> float:
         async with await open_manager(tmp_path / "s") as manager:

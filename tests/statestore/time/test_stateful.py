@@ -66,7 +66,9 @@ class _Restarts(RuleBasedStateMachine):
         raise NotImplementedError
 
     def _open(self, mode: RestoreMode) -> None:
-        self.manager = StateManager(self.state_dir, lambda: NOW, config=NO_CLEANER, log_config=LOG)
+        self.manager = StateManager(
+            self.state_dir, lambda: self.clock_ms, config=NO_CLEANER, log_config=LOG
+        )
         self.store = self._open_store(StoreConfig(restore_mode=mode, flush_interval_records=10**9))
         self.pending: dict[Any, Any] = {}
         self._check_committed()
