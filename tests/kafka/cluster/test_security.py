@@ -95,6 +95,7 @@ def _grant(
         AclOperation.DESCRIBE_CONFIGS,
         AclOperation.CREATE,
     ),
+    transactional_id: bool = True,
 ) -> None:
     """The ACLs docs/scale-out.md lists for ``app``, less those switched off."""
     principal = f"User:{user}"
@@ -103,8 +104,9 @@ def _grant(
     wanted = [
         (topic, app.input, literal, AclOperation.READ),
         (group, app.name, prefixed, AclOperation.READ),
-        (txn, f"{app.name}-", prefixed, AclOperation.WRITE),
     ]
+    if transactional_id:
+        wanted.append((txn, f"{app.name}-", prefixed, AclOperation.WRITE))
     if output is not None:
         wanted.append((topic, app.output, literal, output))
     wanted += [
@@ -230,3 +232,24 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
     assert not app.committed_end() or not app.fed, "input offsets were committed"
     captured = capfd.readouterr()
     _no_secret(str(error), repr(error), caplog.text, captured.out, captured.err)
+
+
+def test_a_principal_without_its_transactional_id_is_refused_at_start(
+    secured: KafkaBroker, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    app = App(secured.bootstrap_servers, "sec-no-txn")
+    _grant(secured, "mallory", app, transactional_id=False)
+    app.feed(20)
+    ends_before = _ends(secured.bootstrap_servers, [app.output])
+    processor = app.processor(
+        tmp_path, bootstrap_servers=secured.sasl_bootstrap_servers, security=_security("mallory")
+    )
+    with pytest.raises(AuthorizationFailedError) as refused:
+        processor.start()
+    processor.close()
+    assert refused.value.code == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", refused.value
+    assert refused.value.operation == "init_transactions"
+    assert _ends(secured.bootstrap_servers, [app.output]) == ends_before, "something was written"
+    assert not app.committed_end(), "input offsets were committed"
+    captured = capfd.readouterr()
+    _no_secret(str(refused.value), captured.out, captured.err)
