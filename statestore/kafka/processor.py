@@ -87,6 +87,7 @@ from statestore.kafka.topics import (
     TopicInfo,
     changelog_topic_name,
     check_copartitioned,
+    check_group_rights,
     check_topic_rights,
     ensure_changelog_topics,
     partition_counts,
@@ -324,6 +325,7 @@ class Processor:
         rights.update(dict.fromkeys(sinks, ("write",)))
         rights.update({t: ("read", "write") for t in names.values() if t in visible})
         check_topic_rights(self._admin, rights)
+        check_group_rights(self._admin, config.application_id)
         infos = ensure_changelog_topics(
             self._admin, list(names.values()), partitions=self._partitions, config=config.changelog
         )

@@ -36,6 +36,7 @@ __all__ = [
     "TopicInfo",
     "changelog_topic_name",
     "check_copartitioned",
+    "check_group_rights",
     "check_topic_rights",
     "ensure_changelog_topic",
     "ensure_changelog_topics",
@@ -155,6 +156,31 @@ def check_topic_rights(
                     "TOPIC_AUTHORIZATION_FAILED",
                     f"the principal may not {verb} the topic (no {needed.name} ACL)",
                 )
+
+
+def check_group_rights(admin: Any, group: str, *, timeout_s: float = 30) -> None:
+    """Raise :class:`AuthorizationFailedError` unless the principal may join ``group`` (READ).
+
+    Without the ACL the consumer would wait for an assignment that never comes, silently.
+    """
+    acl_operation = _admin_api().AclOperation
+    try:
+        futures = admin.describe_consumer_groups(
+            [group], request_timeout=timeout_s, include_authorized_operations=True
+        )
+        description = futures[group].result(timeout=timeout_s)
+    except Exception as exc:
+        error = _wrap(f"describe group {group!r}", exc)
+        if isinstance(error, AuthorizationFailedError):
+            raise error from exc
+        return  # anything else is the join's to report
+    allowed = getattr(description, "authorized_operations", None)
+    if allowed is not None and not {acl_operation.READ, acl_operation.ALL} & set(allowed):
+        raise AuthorizationFailedError(
+            f"join group {group!r}",
+            "GROUP_AUTHORIZATION_FAILED",
+            "the principal may not read the group (no READ ACL)",
+        )
 
 
 def check_copartitioned(admin: Any, topics: Sequence[str], *, timeout_s: float = 30) -> int:

@@ -96,15 +96,17 @@ def _grant(
         AclOperation.CREATE,
     ),
     transactional_id: bool = True,
+    group: bool = True,
 ) -> None:
     """The ACLs docs/scale-out.md lists for ``app``, less those switched off."""
     principal = f"User:{user}"
-    topic, group, txn = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+    topic, group_kind, txn = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
     literal, prefixed = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
     wanted = [
         (topic, app.input, literal, AclOperation.READ),
-        (group, app.name, prefixed, AclOperation.READ),
     ]
+    if group:
+        wanted.append((group_kind, app.name, prefixed, AclOperation.READ))
     if transactional_id:
         wanted.append((txn, f"{app.name}-", prefixed, AclOperation.WRITE))
     if output is not None:
@@ -251,5 +253,25 @@ def test_a_principal_without_its_transactional_id_is_refused_at_start(
     assert refused.value.operation == "init_transactions"
     assert _ends(secured.bootstrap_servers, [app.output]) == ends_before, "something was written"
     assert not app.committed_end(), "input offsets were committed"
+    captured = capfd.readouterr()
+    _no_secret(str(refused.value), captured.out, captured.err)
+
+
+def test_a_principal_without_its_group_is_refused_at_start(
+    secured: KafkaBroker, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    app = App(secured.bootstrap_servers, "sec-no-group")
+    _grant(secured, "mallory", app, group=False)
+    app.feed(20)
+    ends_before = _ends(secured.bootstrap_servers, [app.output])
+    processor = app.processor(
+        tmp_path, bootstrap_servers=secured.sasl_bootstrap_servers, security=_security("mallory")
+    )
+    with pytest.raises(AuthorizationFailedError) as refused:
+        processor.start()
+    processor.close()
+    assert refused.value.code == "GROUP_AUTHORIZATION_FAILED", refused.value
+    assert app.name in refused.value.operation
+    assert _ends(secured.bootstrap_servers, [app.output]) == ends_before, "something was written"
     captured = capfd.readouterr()
     _no_secret(str(refused.value), captured.out, captured.err)

@@ -57,6 +57,11 @@ class _Described:
         self.authorized_operations = None  # as a broker that does not report them
 
 
+class _Group:
+    members: tuple[Any, ...] = ()
+    authorized_operations = None  # as a broker that does not report them
+
+
 class _Entry:
     def __init__(self, value: str) -> None:
         self.value = value
@@ -139,6 +144,11 @@ class FakeAdmin:
             name: _done(_Described(len(self.cluster.topics[name]), f"id-{name}"))
             for name in collection.topic_names
         }
+
+    def describe_consumer_groups(
+        self, groups: list[str], request_timeout: float = -1, **_options: Any
+    ) -> dict[str, Any]:
+        return {group: _done(_Group()) for group in groups}
 
     def describe_configs(self, resources: list[Any], request_timeout: float = -1) -> Any:
         return {
