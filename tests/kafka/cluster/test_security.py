@@ -8,9 +8,10 @@ The ACLs are granted by ``User:admin`` over SASL with the admin client.
 
 * ``User:alice`` has exactly the documented ACLs: an exactly-once run with a
   changelog and an output topic passes the oracle.
-* ``User:mallory`` lacks the output topic (or may only describe it) or the
-  changelog topic: the start fails with :class:`AuthorizationFailedError`, the topic list and the
-  topics' end offsets are unchanged.
+* ``User:mallory`` lacks the output topic or the changelog topic (or may only
+  describe them), its transactional id or its group: the start fails with
+  :class:`AuthorizationFailedError`, nothing is written (the topic list and the
+  topics' end offsets unchanged where the refusal comes before ``init_transactions``).
 * No password appears in the captured logs (Python's and librdkafka's
   stderr), in the errors, or in the configs' reprs.
 """
