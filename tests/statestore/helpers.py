@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from typing import Any
 
 from changelog.config import LogConfig
@@ -30,3 +32,20 @@ def engine_of(store: Any, partition: int = 0) -> Any:
     while not hasattr(layer, "engine"):  # metered (when metrics are on) -> buffer -> change logging
         layer = layer.inner
     return layer.engine
+
+
+def kill9_and_drain(child: subprocess.Popen[str], timeout_s: float = 60) -> tuple[str, str]:
+    """SIGKILL ``child`` and return the rest of its stdout and stderr.
+
+    Reads through the same text wrappers a test's ``readline()`` used: ``communicate()`` reads
+    the raw pipes and would drop lines already in the wrapper's buffer (an acknowledgement lost
+    that way makes a durable commit look unacknowledged).
+    """
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=timeout_s)
+    out = child.stdout.read() if child.stdout is not None else ""
+    err = child.stderr.read() if child.stderr is not None else ""
+    for stream in (child.stdout, child.stderr):
+        if stream is not None:
+            stream.close()
+    return out, err

@@ -10,7 +10,6 @@ shows, entry for entry, and never be a version still pending.
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from changelog.fs import files
 from statestore import StateManager, StoreReader
 from statestore.errors import InvalidStateStoreError
 from tests.statestore.conftest import OpenManager
-from tests.statestore.helpers import NO_CLEANER
+from tests.statestore.helpers import NO_CLEANER, kill9_and_drain
 
 ACCOUNTS = 40
 START = 100
@@ -327,14 +326,8 @@ def test_kill9_under_readers_and_writer(tmp_path: Path, partitions: int) -> None
                 if acks and acks[0][1] > 300 * (trial + 1):
                     break
         finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=TIMEOUT_S)
-        # Read the rest through the same text wrapper that readline() used: communicate()
-        # reads the raw pipe and would skip the ACK lines already in the wrapper's buffer.
-        lines.extend(child.stdout.read().splitlines())
-        child.stdout.close()
-        if child.stderr is not None:
-            child.stderr.close()
+            out, _err = kill9_and_drain(child, TIMEOUT_S)
+        lines.extend(out.splitlines())
         assert not any(line.startswith("ERROR") for line in lines), lines[-3:]
         last_acked = max(version for version, _reads in _acks(lines))
         with StateManager(state_dir, config=NO_CLEANER) as manager:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import pytest
 
 from statestore.config import StoreConfig
 from statestore.manager import StateManager
-from tests.statestore.helpers import NO_CLEANER
+from tests.statestore.helpers import NO_CLEANER, kill9_and_drain
 
 WRITER = r"""
 import sys
@@ -67,8 +66,7 @@ def test_kill9_during_writes_loses_no_acknowledged_commit(tmp_path: Path, mode: 
         first = child.stdout.readline()  # the writer is up and committing
         assert first.strip(), child.stderr.read() if child.stderr else ""
         time.sleep(rng.uniform(0.05, 0.4))
-        child.send_signal(signal.SIGKILL)
-        out, _err = child.communicate(timeout=60)
+        out, _err = kill9_and_drain(child)
         acked = [int(line) for line in ([first, *out.splitlines()]) if line.strip()]
         last_acked = max(acked)
         with StateManager(state_dir, config=NO_CLEANER) as manager:

@@ -15,7 +15,6 @@ Then the child runs again on the same directory (the next trial).
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from statestore.manager import StateManager
-from tests.statestore.helpers import NO_CLEANER
+from tests.statestore.helpers import NO_CLEANER, kill9_and_drain
 
 WRITER = r"""
 import sys
@@ -85,8 +84,7 @@ def run_trials(tmp_path: Path, trials: int, seed: int, parts: int = 3) -> int:
         first = child.stdout.readline()
         assert first.strip(), child.stderr.read() if child.stderr else ""
         time.sleep(rng.uniform(0.05, 0.5))
-        child.send_signal(signal.SIGKILL)
-        out, _err = child.communicate(timeout=60)
+        out, _err = kill9_and_drain(child)
         acked = [int(line) for line in [first, *out.splitlines()] if line.strip()]
         total_acked += len(acked)
         visible = check(state, parts, max(acked))

@@ -38,7 +38,7 @@ import pytest
 
 from changelog.fs import files
 from statestore.manager import StateManager
-from tests.statestore.helpers import NO_CLEANER
+from tests.statestore.helpers import NO_CLEANER, kill9_and_drain
 
 KEYS_PER_BLOCK = 3
 SHARED_EVERY = 4
@@ -199,8 +199,7 @@ def kill9_trials(tmp_path: Path, trials: int, threads: int, seed: int) -> int:
         first = child.stdout.readline()
         assert first.strip() == "go", child.stderr.read() if child.stderr else first
         time.sleep(rng.uniform(0.3, 1.2))
-        child.send_signal(signal.SIGKILL)
-        out, err = child.communicate(timeout=60)
+        out, err = kill9_and_drain(child)
         assert child.returncode == -signal.SIGKILL, err
         acked = dict(visible)
         for line in out.splitlines():
