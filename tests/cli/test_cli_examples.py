@@ -36,7 +36,12 @@ def _script() -> object:
 
 
 def shape(line: str) -> str:
-    """``line`` with numbers as ``N`` and runs of spaces as one."""
+    """``line`` with numbers as ``N``, ages as ``AGE`` and runs of spaces as one.
+
+    ``top``'s ``cleaned`` column is ``never`` or ``Ns ago`` depending on whether the demo's
+    background cleaner reached a partition before the kill: both are the same shape.
+    """
+    line = re.sub(r"\b(never|\d+(\.\d+)?[smh] ago)\b", "AGE", line)
     return " ".join(re.sub(r"\d+(\.\d+)?", "N", line).split())
 
 
