@@ -190,10 +190,10 @@ class ProcessorConfig:
     applied after ``security`` and before the runtime's own (for settings ``security`` does not
     name, such as ``sasl.oauthbearer.*``).  Left out of the config's ``repr`` (it may hold
     secrets)."""
-    consumer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
-    """librdkafka properties for the consumers, applied last."""
-    producer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
-    """librdkafka properties for the producer, applied last."""
+    consumer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict, repr=False)
+    """librdkafka properties for the consumers, applied last.  Left out of the ``repr``."""
+    producer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict, repr=False)
+    """librdkafka properties for the producer, applied last.  Left out of the ``repr``."""
 
     def __attrs_post_init__(self) -> None:
         if self.transaction_timeout_ms <= self.commit_interval_ms:

@@ -256,6 +256,8 @@ def test_client_overrides_reach_every_client_and_stay_out_of_the_repr(tmp_path: 
         input_topics=("in",),
         instance_id="i1",
         client_overrides={"security.protocol": "SASL_SSL", "sasl.password": "s3cret"},
+        consumer_overrides={"sasl.password": "s3cret"},
+        producer_overrides={"ssl.key.password": "s3cret"},
     )
     assert "s3cret" not in repr(config)
     processor = Processor(
