@@ -141,7 +141,7 @@ class ProcessorConfig:
     commit_every_records: int = attrs.field(default=10_000, validator=_at_least(1))
     """Commit early after this many processed input records."""
     commit_attempts: int = attrs.field(default=5, validator=_at_least(1))
-    """Commits that may fail in a row before the processor stops with ``CommitFailedError``
+    """Commits that may fail in a row before the processor stops with ``FatalCommitError``
     (a failure that cannot heal, such as an authorization error, stops it at once)."""
     commit_retry_backoff_ms: int = attrs.field(default=100, validator=_at_least(0))
     """Wait before the commit after a failed one, doubled per failure in a row."""

@@ -10,7 +10,7 @@
         │   ├── AuthorizationFailedError the principal lacks an ACL (topic, group, transactional id)
         │   ├── TransactionAbortedError  the transaction was aborted; buffers dropped, inputs rewound
         │   ├── ProducerFencedError      another producer took our transactional.id (or epoch)
-        │   └── CommitFailedError        commits keep failing: a failure that will not heal
+        │   └── FatalCommitError         commits keep failing: a failure that will not heal
         ├── ProcessingError              ``process()`` raised and the handler said FAIL
         ├── ProcessorFailedError         the processor stopped on an earlier error; use refused
         ├── IllegalTaskStateError        a task was asked for a move its state does not allow
@@ -31,7 +31,7 @@ __all__ = [
     "BrokerRestoreError",
     "ChangelogTopicMismatchError",
     "CoPartitioningError",
-    "CommitFailedError",
+    "FatalCommitError",
     "IllegalTaskStateError",
     "KafkaClientError",
     "KafkaStateError",
@@ -130,14 +130,16 @@ class BrokerRestoreError(KafkaStateError):
         self.reason = reason
 
 
-class CommitFailedError(KafkaClientError):
+class FatalCommitError(KafkaClientError):
     """Commits failed in a way that will not heal: the processor stopped.
 
     ``attempts`` commits in a row failed (or one failed with an error that no
     retry can fix: authorization, an unknown topic, a fatal producer error);
     ``code`` and ``reason`` are the last one's.  Nothing of the failed
     transactions is visible to ``read_committed`` readers and RocksDB holds
-    only what committed before.
+    only what committed before.  (A local store's commit that the changelog refused is
+    :class:`statestore.errors.CommitFailedError`; the names differ so that one ``except``
+    names one failure.)
     """
 
     def __init__(self, operation: str, code: str, reason: str, attempts: int) -> None:

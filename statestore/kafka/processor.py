@@ -63,7 +63,7 @@ from statestore.kafka.commit import (
 )
 from statestore.kafka.config import ProcessorConfig
 from statestore.kafka.errors import (
-    CommitFailedError,
+    FatalCommitError,
     KafkaClientError,
     ProcessingError,
     ProcessorFailedError,
@@ -757,7 +757,7 @@ class Processor:
 
         ``swallow``: a failure that may heal is logged and retried at the next
         due commit (after a backoff); one that will not, or ``commit_attempts``
-        failures in a row, raise :class:`CommitFailedError`.  Without
+        failures in a row, raise :class:`FatalCommitError`.  Without
         ``swallow`` every failure raises.
         """
         self._last_commit = time.monotonic()
@@ -827,7 +827,7 @@ class Processor:
             except KafkaClientError as replaced:
                 exc, fatal = replaced, True
         if fatal:
-            self._fatal = CommitFailedError(
+            self._fatal = FatalCommitError(
                 exc.operation, exc.code, exc.reason, self._failed_commits
             )
             raise self._fatal from exc

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from scripts.kafka.broker import KafkaBroker
 from statestore.kafka import (
     ChangelogTopicMismatchError,
-    CommitFailedError,
+    FatalCommitError,
     KafkaClientError,
     KafkaStoreSpec,
     Processor,
@@ -30,14 +30,14 @@ def app_factory(cluster: KafkaBroker) -> Callable[..., App]:
     return lambda name, **kw: App(cluster.bootstrap_servers, name, **kw)
 
 
-def _poll_until_commit_fails(processor: Processor, timeout_s: float = 90) -> CommitFailedError:
+def _poll_until_commit_fails(processor: Processor, timeout_s: float = 90) -> FatalCommitError:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             processor.poll_once(0.1)
-        except CommitFailedError as exc:
+        except FatalCommitError as exc:
             return exc
-    raise AssertionError(f"no CommitFailedError in {timeout_s}s")
+    raise AssertionError(f"no FatalCommitError in {timeout_s}s")
 
 
 def test_a_missing_output_topic_stops_the_processor_with_a_typed_error(
@@ -84,7 +84,7 @@ def test_two_processes_with_one_instance_id_do_not_fence_each_other_silently(
             for processor in (first, second):
                 try:
                     processor.poll_once(0.1)
-                except (CommitFailedError, ProcessorFailedError, KafkaClientError) as exc:
+                except (FatalCommitError, ProcessorFailedError, KafkaClientError) as exc:
                     failed.append(exc)
     assert isinstance(failed[0], KafkaClientError), failed
     print(f"duplicate instance reported as {failed[0]!r}")

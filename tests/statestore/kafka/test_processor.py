@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from statestore.kafka import (
-    CommitFailedError,
+    FatalCommitError,
     KafkaStoreSpec,
     ProcessingError,
     Processor,
@@ -171,12 +171,12 @@ def test_continue_skips_the_record_and_dead_letters_it_in_the_same_transaction(
     assert sum(sums.values()) == 18
 
 
-def _poll_until_stopped(processor: Processor) -> CommitFailedError:
+def _poll_until_stopped(processor: Processor) -> FatalCommitError:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
             processor.poll_once(0.01)
-        except CommitFailedError as exc:
+        except FatalCommitError as exc:
             return exc
     raise AssertionError("the processor never stopped")
 
