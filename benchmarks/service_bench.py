@@ -97,6 +97,7 @@ app = Starlette(routes=[Route("/users/{user_id}", user, methods=["GET", "PUT"])]
 import socket
 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
 sock.bind(("127.0.0.1", 0))
+sock.listen(128)  # connections queue from now on: the client may connect as soon as it reads the line
 print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
 uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
 """
