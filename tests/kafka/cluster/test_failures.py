@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import pytest
 
 from examples.balances import cluster as balances
 from examples.balances.transactions import generate
@@ -61,19 +60,17 @@ def test_stalled_worker_does_not_commit_after_leaving(
     assert ok, detail
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open defect: the zombie is fenced and aborts, but in some runs (2 of 4 on a quiet"
-    " machine) w2 does not finish taking over the zombie's partitions within 150 s; runs and"
-    " reports, does not gate CI until fixed",
-)
 def test_zombie_is_fenced(cluster: KafkaBroker, workers: Callable[..., Any]) -> None:
     # The zombie is paused (SIGSTOP) inside a transaction: its records are produced, not
     # committed.  The broker expires its membership (session timeout, 6 s here) and gives
     # its partitions to the other worker, whose restore waits on the open transaction
     # (transaction.timeout.ms is 60 s for the zombie, so only fencing can end it soon).
     # Resumed, the zombie sends its offsets with its old member epoch: refused (KIP-447),
-    # it aborts, and nothing it did counts.
+    # it aborts, and nothing it did counts.  The fenced zombie then joins again as a new
+    # member and the range assignor hands it back half of the partitions, often before
+    # w2 has finished restoring them: that is the group working, not a failed takeover.
+    # So the test does not wait for w2 to run all four partitions; it waits until every
+    # partition runs somewhere and the group has processed every input, then checks.
     app = "zombie"
     bootstrap = cluster.bootstrap_servers
     txns = list(generate(1500, 30, seed=3))
@@ -102,16 +99,33 @@ def test_zombie_is_fenced(cluster: KafkaBroker, workers: Callable[..., Any]) -> 
     finally:
         zombie.resume()
     aborted = zombie.wait_for(lambda e: e["event"] == "aborted", timeout_s=60)
-    # Usually the fenced zombie's abort ends its transaction at once (~20 s for the whole
-    # test).  When that abort does not reach the coordinator first, the transaction ends by
-    # its 60 s timeout plus the broker's abort scan, and only then can w2's restore read past
-    # it: a clean-clone CI run on a quiet machine met that path and missed a 60 s wait here.
-    # Either way nothing of the zombie counts, which verify() below checks.
-    other.wait_for(
-        lambda e: e["event"] == "assignment" and len(e["partitions"]) == 4, timeout_s=150
-    )
+    assert aborted["code"] in FENCED_MEMBER_CODES, aborted
     balances.feed(bootstrap, txns[fed:], app)
+    # If the zombie's abort did not reach the coordinator, its transaction ends by its
+    # 60 s timeout plus the broker's abort scan: 150 s covers that path too.
     wait_caught_up(bootstrap, app, timeout_s=150)
+    wait_running_everywhere([zombie, other], partitions=4, timeout_s=30)
     ok, detail = balances.verify(bootstrap, txns, app)
     assert ok, detail
-    print(f"zombie commit refused with {aborted['code']}")
+
+
+FENCED_MEMBER_CODES = {"UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH", "STALE_MEMBER_EPOCH"}
+"""What the broker answers a zombie's ``send_offsets_to_transaction`` (KIP-447 / KIP-848)."""
+
+
+def wait_running_everywhere(workers: Sequence[Any], *, partitions: int, timeout_s: float) -> None:
+    """Wait until the workers' latest assignments together run every partition exactly once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        latest = [
+            next(
+                (e["partitions"] for e in reversed(w.all_events()) if e["event"] == "assignment"),
+                [],
+            )
+            for w in workers
+        ]
+        running = sorted(p for ps in latest for p in ps)
+        if running == list(range(partitions)):
+            return
+        assert time.monotonic() < deadline, f"partitions running after {timeout_s}s: {latest}"
+        time.sleep(0.1)
