@@ -8,6 +8,9 @@ mode never imports this package.  See docs/scale-out.md.
   partition, restores it from ``<application_id>-<store>-changelog`` on
   assignment and commits changelog records, outputs and input offsets in one
   Kafka transaction per commit (``exactly_once_v2``) or at least once.
+* :meth:`Processor.metadata_for_key` names the instance that owns a key and
+  its standbys; :meth:`Processor.query` reads it here, the active owner always,
+  a standby within the caller's lag bound (:mod:`statestore.kafka.query`).
 * :func:`ensure_changelog_topic` creates or validates a changelog topic.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from statestore.kafka.commit import CommitResult, OutputRecord
 from statestore.kafka.config import ChangelogTopicConfig, ProcessorConfig
+from statestore.kafka.endpoint import HostInfo
 from statestore.kafka.errors import (
     AuthorizationFailedError,
     BrokerRestoreError,
@@ -24,9 +28,11 @@ from statestore.kafka.errors import (
     IllegalTaskStateError,
     KafkaClientError,
     KafkaStateError,
+    NotOwnerError,
     ProcessingError,
     ProcessorFailedError,
     ProducerFencedError,
+    StandbyTooStaleError,
     TransactionAbortedError,
 )
 from statestore.kafka.handlers import (
@@ -37,6 +43,7 @@ from statestore.kafka.handlers import (
     log_and_fail,
 )
 from statestore.kafka.processor import Processor, ProcessorContext, RebalanceEvent
+from statestore.kafka.query import KeyQueryMetadata, LagInfo, QueryResult
 from statestore.kafka.restorer import TaskRestored
 from statestore.kafka.security import SecurityConfig
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
@@ -56,10 +63,14 @@ __all__ = [
     "CoPartitioningError",
     "CommitResult",
     "FatalCommitError",
+    "HostInfo",
     "IllegalTaskStateError",
     "KafkaClientError",
     "KafkaStateError",
     "KafkaStoreSpec",
+    "KeyQueryMetadata",
+    "LagInfo",
+    "NotOwnerError",
     "OutputRecord",
     "ProcessingError",
     "ProcessingErrorContext",
@@ -70,8 +81,10 @@ __all__ = [
     "ProcessorContext",
     "ProcessorFailedError",
     "ProducerFencedError",
+    "QueryResult",
     "RebalanceEvent",
     "SecurityConfig",
+    "StandbyTooStaleError",
     "TaskRestored",
     "TaskState",
     "TaskStore",

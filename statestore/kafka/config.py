@@ -15,6 +15,7 @@ import attrs
 
 from statestore.config import RocksDBConfig
 from statestore.errors import InvalidStoreConfigError
+from statestore.kafka.endpoint import HostInfo
 from statestore.kafka.security import SecurityConfig
 
 __all__ = ["ChangelogTopicConfig", "GroupProtocol", "ProcessingGuarantee", "ProcessorConfig"]
@@ -54,6 +55,11 @@ def _name(_instance: object, attribute: attrs.Attribute[str], value: str) -> Non
         raise InvalidStoreConfigError(
             attribute.name, value, "may hold only ASCII letters, digits, '.', '_' and '-'"
         )
+
+
+def _endpoint(_instance: object, _attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        HostInfo.parse(value)
 
 
 def _topics(_instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
@@ -165,6 +171,12 @@ class ProcessorConfig:
     (placement derived from the group membership; see :mod:`statestore.kafka.standby`)."""
     standby_refresh_ms: int = attrs.field(default=2000, validator=_at_least(100))
     """How often the group membership is read to place standbys."""
+    application_server: str | None = attrs.field(default=None, validator=_endpoint)
+    """``application.server``: this instance's ``host:port`` for interactive queries, advertised
+    to the other members in the main consumer's ``client.id``
+    (:mod:`statestore.kafka.query`).  ``None``: this instance advertises no endpoint."""
+    query_metadata_refresh_ms: int = attrs.field(default=1000, validator=_at_least(100))
+    """How often the group is described for ``metadata_for_key`` (one admin request)."""
     output_topics: tuple[str, ...] = attrs.field(
         default=(), converter=tuple, validator=attrs.validators.deep_iterable(_name)
     )

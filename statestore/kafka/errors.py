@@ -14,6 +14,8 @@
         ├── ProcessingError              ``process()`` raised and the handler said FAIL
         ├── ProcessorFailedError         the processor stopped on an earlier error; use refused
         ├── IllegalTaskStateError        a task was asked for a move its state does not allow
+        ├── NotOwnerError                a query for a partition this process does not serve
+        │   └── StandbyTooStaleError     the standby here is behind the caller's bound
         └── BrokerRestoreError           a partition could not be restored from its topic
 
 Every error carries structured fields.  A confluent-kafka ``KafkaException`` is
@@ -22,7 +24,7 @@ the ``__cause__`` of the error that wraps it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from statestore.errors import StateStoreError
 
@@ -35,9 +37,11 @@ __all__ = [
     "IllegalTaskStateError",
     "KafkaClientError",
     "KafkaStateError",
+    "NotOwnerError",
     "ProcessingError",
     "ProcessorFailedError",
     "ProducerFencedError",
+    "StandbyTooStaleError",
     "TransactionAbortedError",
 ]
 
@@ -183,3 +187,62 @@ class IllegalTaskStateError(KafkaStateError):
         self.partition = partition
         self.state = state
         self.target = target
+
+
+class NotOwnerError(KafkaStateError):
+    """A query for ``store`` partition ``partition`` that this process does not serve.
+
+    ``active`` is the active owner's endpoint (a ``HostInfo``) as this process's
+    last view of the group names it (``None``: no owner in the view, a
+    rebalance is moving the partition, or no view yet); ``standbys`` the
+    endpoints that keep standbys of it; ``reason`` says why this process
+    refused.  Ask ``active`` (and refresh the metadata if it refuses too).
+    """
+
+    def __init__(
+        self,
+        store: str,
+        partition: int | None,
+        active: object | None,
+        standbys: Sequence[object],
+        reason: str,
+    ) -> None:
+        where = "" if partition is None else f" partition {partition}"
+        owner = "no active owner known" if active is None else f"active owner {active}"
+        super().__init__(f"store {store!r}{where}: {reason}; {owner}")
+        self.store = store
+        self.partition = partition
+        self.active = active
+        self.standbys = tuple(standbys)
+        self.reason = reason
+
+
+class StandbyTooStaleError(NotOwnerError):
+    """The standby here is outside the caller's bound: ``lag_records`` behind the changelog's
+    end (bound ``max_lag_records``), last caught up ``staleness_ms`` ago (bound
+    ``max_staleness_ms``; ``None``: never caught up).  Ask ``active``."""
+
+    def __init__(
+        self,
+        store: str,
+        partition: int,
+        active: object | None,
+        standbys: Sequence[object],
+        *,
+        lag_records: int,
+        staleness_ms: int | None,
+        max_lag_records: int | None,
+        max_staleness_ms: int | None,
+    ) -> None:
+        super().__init__(
+            store,
+            partition,
+            active,
+            standbys,
+            f"the standby here is {lag_records} records behind (bound {max_lag_records}),"
+            f" last caught up {staleness_ms} ms ago (bound {max_staleness_ms})",
+        )
+        self.lag_records = lag_records
+        self.staleness_ms = staleness_ms
+        self.max_lag_records = max_lag_records
+        self.max_staleness_ms = max_staleness_ms

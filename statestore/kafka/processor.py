@@ -62,6 +62,7 @@ from statestore.kafka.commit import (
     commit_tasks,
 )
 from statestore.kafka.config import ProcessorConfig
+from statestore.kafka.endpoint import HostInfo, advertised_client_id
 from statestore.kafka.errors import (
     FatalCommitError,
     KafkaClientError,
@@ -77,6 +78,12 @@ from statestore.kafka.handlers import (
     ProcessingResponse,
     dead_letter_headers,
     log_and_fail,
+)
+from statestore.kafka.query import (
+    InteractiveQueries,
+    KeyQueryMetadata,
+    QueryResult,
+    describe_group,
 )
 from statestore.kafka.restore import applied_meta
 from statestore.kafka.restorer import RestoredTask, Restorer, TaskRestored
@@ -213,6 +220,15 @@ class Processor:
         self._context = ProcessorContext(self)
         self._standby: StandbyTasks | None = None
         self._standby_refreshed = 0.0
+        self._endpoint = (
+            None if config.application_server is None else HostInfo.parse(config.application_server)
+        )
+        self._queries = InteractiveQueries(
+            key_serdes={name: spec.key_serde for name, spec in self._specs.items()},
+            endpoint=self._endpoint,
+            wall_clock_ms=wall_clock_ms,
+        )
+        self._queries_refreshed = -float("inf")
         self.commits = 0
         """Commits that succeeded."""
         self.aborted = 0
@@ -251,6 +267,8 @@ class Processor:
         settings = {
             **self._client_config(),
             "group.id": config.application_id,
+            # the endpoint for interactive queries travels with the membership (query.py)
+            "client.id": advertised_client_id(config.instance_id, self._endpoint),
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
             "auto.offset.reset": "earliest",
@@ -676,6 +694,7 @@ class Processor:
         self.processed_records += processed
         if self._standby is not None:
             self._tend_standbys()
+        self._tend_queries()
         since_s = time.monotonic() - self._last_commit
         due = since_s * 1000 >= self._config.commit_interval_ms
         if (
@@ -901,6 +920,64 @@ class Processor:
                 self._standby.refresh(wanted - set(self._tasks))
         self._standby.poll()
 
+    def _tend_queries(self) -> None:
+        """Describe the group now and then; publish the running and standby partitions' readers."""
+        now = time.monotonic()
+        if (now - self._queries_refreshed) * 1000 >= self._config.query_metadata_refresh_ms:
+            self._queries_refreshed = now
+            try:
+                view = describe_group(
+                    self._admin,
+                    self._config.application_id,
+                    self._config.input_topics[0],
+                    partitions=self._partitions,
+                    replicas=self._config.num_standby_replicas,
+                    now_ms=self._wall_clock_ms(),
+                )
+            except Exception as exc:  # noqa: BLE001 - metadata is best effort; retried next time
+                logger.info("query metadata not refreshed: %s", exc)
+            else:
+                self._queries.publish_view(view)
+        active = {
+            name: {task.partition: task.stores[name].store.reader() for task in self._running()}
+            for name in self._specs
+        }
+        self._queries.refresh_local(
+            active, self._standby, {name: spec.value_serde for name, spec in self._specs.items()}
+        )
+
+    def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+        """The active owner and the standbys of ``key`` of ``store`` (Kafka Streams'
+        ``queryMetadataForKey``), from the last group description.  Thread-safe.
+
+        :class:`~statestore.kafka.errors.NotOwnerError` before the first
+        description; see :mod:`statestore.kafka.query` for how stale it may be.
+        """
+        return self._queries.metadata_for_key(store, key)
+
+    def metadata_for_partition(self, store: str, partition: int) -> KeyQueryMetadata:
+        """The active owner and the standbys of ``partition`` of ``store``.  Thread-safe."""
+        return self._queries.metadata_for_partition(store, partition)
+
+    def query(
+        self,
+        store: str,
+        key: Any,
+        *,
+        max_lag_records: int | None = None,
+        max_staleness_ms: int | None = None,
+    ) -> QueryResult[Any]:
+        """Read ``key`` of ``store`` here if this process may answer for it.  Thread-safe.
+
+        The active owner answers from its committed state; a standby only
+        within the caller's bound; otherwise
+        :class:`~statestore.kafka.errors.NotOwnerError` names the owner
+        (:meth:`statestore.kafka.query.InteractiveQueries.get`).
+        """
+        return self._queries.get(
+            store, key, max_lag_records=max_lag_records, max_staleness_ms=max_staleness_ms
+        )
+
     @property
     def standby_partitions(self) -> list[int]:
         """Partitions whose standby replicas this process keeps, sorted."""
@@ -1011,6 +1088,7 @@ class Processor:
             if self._producer is not None:
                 self._producer.flush(5)
                 self._producer = None
+            self._queries.publish_local({}, {})
 
     @property
     def assignment(self) -> list[int]:

@@ -103,14 +103,14 @@ class StandbyTasks:
         engine = self._engines.get((store, partition))
         return None if engine is None else engine.applied_offset()
 
-    def lag(self, store: str, partition: int) -> int | None:
-        """Offsets between the standby's position and the changelog's high watermark as last
-        fetched (``None``: no standby, or no fetch yet).
+    def engine(self, store: str, partition: int) -> RocksDBEngine | None:
+        """The standby's RocksDB (``None``: no standby for it), for interactive queries: point
+        reads from any thread (:mod:`statestore.kafka.query`)."""
+        return self._engines.get((store, partition))
 
-        The position, not the applied offset: a ``read_committed`` consumer's
-        position passes transaction markers, which hold offsets but no record
-        (every record consumed is applied in the same :meth:`poll`).
-        """
+    def offsets(self, store: str, partition: int) -> tuple[int, int] | None:
+        """``(position, high watermark as last fetched)`` of the standby (``None``: no standby,
+        or no fetch yet); the position is at least the applied offset (see :meth:`lag`)."""
         from confluent_kafka import TopicPartition  # noqa: PLC0415
 
         engine = self._engines.get((store, partition))
@@ -121,8 +121,18 @@ class StandbyTasks:
         if high is None or high < 0:
             return None
         position = self._consumer.position([tp])[0].offset
-        at = max(position, engine.applied_offset() or 0)
-        return max(0, int(high) - int(at))
+        return max(position, engine.applied_offset() or 0), int(high)
+
+    def lag(self, store: str, partition: int) -> int | None:
+        """Offsets between the standby's position and the changelog's high watermark as last
+        fetched (``None``: no standby, or no fetch yet).
+
+        The position, not the applied offset: a ``read_committed`` consumer's
+        position passes transaction markers, which hold offsets but no record
+        (every record consumed is applied in the same :meth:`poll`).
+        """
+        found = self.offsets(store, partition)
+        return None if found is None else max(0, found[1] - found[0])
 
     def refresh(self, wanted: set[int]) -> None:
         """Keep standbys for exactly ``wanted``: close the others, open and assign the new ones."""

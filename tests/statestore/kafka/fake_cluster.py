@@ -8,8 +8,11 @@ consumer group's committed offsets, and hands out fake clients through
 * the admin client answers ``list_topics``, ``describe_topics``,
   ``describe_configs``, ``create_topics`` and ``list_offsets``;
 * the main consumer assigns every partition of its topics on the first
-  ``consume`` (through the ``on_assign`` callback, as librdkafka does),
-  serves records from its positions, and reads the group's offsets;
+  ``consume`` (through the ``on_assign`` callback, as librdkafka does; only
+  ``member_partitions`` when set), serves records from its positions, and
+  reads the group's offsets;
+* ``describe_consumer_groups`` describes the open main consumers (their
+  ``client.id`` and assignment) and the ``other_members`` a test adds;
 * the restore consumer serves changelog partitions ``read_committed``;
 * the transactional producer makes records visible only at
   ``commit_transaction``, together with the offsets sent in the transaction;
@@ -27,6 +30,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import MemberAssignment, MemberDescription
 
 from tests.statestore.kafka.fakes import FakeMessage
 
@@ -58,8 +62,10 @@ class _Described:
 
 
 class _Group:
-    members: tuple[Any, ...] = ()
     authorized_operations = None  # as a broker that does not report them
+
+    def __init__(self, members: list[MemberDescription]) -> None:
+        self.members = members
 
 
 class _Entry:
@@ -81,6 +87,11 @@ class FakeCluster:
         self.configs: dict[str, dict[str, str]] = {}
         self.group_offsets: dict[tuple[str, int], int] = {}
         self.producers: list[FakeTxnProducer] = []
+        self.member_partitions: set[int] | None = None
+        """The partitions the main consumer is assigned (``None``: all)."""
+        self.other_members: list[MemberDescription] = []
+        """Members of the group besides the main consumers (other instances)."""
+        self.group_consumers: list[FakeGroupConsumer] = []
 
     def create(self, topic: str, partitions: int, configs: Mapping[str, str] = ()) -> None:
         self.topics[topic] = [[] for _ in range(partitions)]
@@ -115,7 +126,9 @@ class FakeClients:
         if settings.get("auto.offset.reset") == "error":
             consumer: Any = FakeChangelogConsumer(self.cluster)
         else:
-            consumer = FakeGroupConsumer(self.cluster)
+            consumer = FakeGroupConsumer(self.cluster, str(settings.get("client.id", "")))
+            if "client.id" in settings:  # the main consumer
+                self.cluster.group_consumers.append(consumer)
         self.consumers.append(consumer)
         return consumer
 
@@ -148,7 +161,19 @@ class FakeAdmin:
     def describe_consumer_groups(
         self, groups: list[str], request_timeout: float = -1, **_options: Any
     ) -> dict[str, Any]:
-        return {group: _done(_Group()) for group in groups}
+        members = [
+            MemberDescription(
+                member_id=consumer.memberid(),
+                client_id=consumer.client_id,
+                host="/127.0.0.1",
+                assignment=MemberAssignment(
+                    [TopicPartition(t, p) for t, p in sorted(consumer.assigned)]
+                ),
+            )
+            for consumer in self.cluster.group_consumers
+            if not consumer.closed
+        ]
+        return {group: _done(_Group(members + self.cluster.other_members)) for group in groups}
 
     def describe_configs(self, resources: list[Any], request_timeout: float = -1) -> Any:
         return {
@@ -177,8 +202,9 @@ class FakeAdmin:
 class FakeGroupConsumer:
     """The main consumer: every partition of the subscribed topics, at the group's offsets."""
 
-    def __init__(self, cluster: FakeCluster) -> None:
+    def __init__(self, cluster: FakeCluster, client_id: str = "") -> None:
         self.cluster = cluster
+        self.client_id = client_id
         self.callbacks: dict[str, Callable[..., None]] = {}
         self.topics: list[str] = []
         self.assigned: set[tuple[str, int]] = set()
@@ -199,6 +225,7 @@ class FakeGroupConsumer:
                     TopicPartition(t, p)
                     for t in self.topics
                     for p in range(len(self.cluster.topics[t]))
+                    if self.cluster.member_partitions is None or p in self.cluster.member_partitions
                 ],
             )
         out: list[Any] = []

@@ -1,0 +1,470 @@
+"""Interactive queries across instances: who owns a key, and reads bounded by their staleness.
+
+Kafka Streams' ``KafkaStreams.queryMetadataForKey`` and ``store(StoreQueryParameters)``
+for the processor runtime:
+
+* **Endpoints.**  Each instance advertises ``application_server`` (``host:port``,
+  Kafka Streams' ``application.server``) in the ``client.id`` of its main
+  consumer (:func:`statestore.kafka.endpoint.advertised_client_id`).  librdkafka does not let an
+  application put user data in the group protocol's member metadata (its
+  assignors are not pluggable, and KIP-848 assigns on the broker), but
+  ``AdminClient.describe_consumer_groups`` returns every member's
+  ``client_id`` with its assignment, so the endpoint travels with the
+  membership itself: it appears when the member joins and disappears when
+  the coordinator removes it (clean leave at once, a crash after the
+  session timeout).  No metadata topic to keep, no second source of truth.
+* **Ownership.**  :class:`GroupView` is one description of the group: the
+  active owner of partition ``p`` is the member assigned ``p`` of the input
+  topics; its standbys are the ``num_standby_replicas`` members after it in the
+  ring of sorted member ids (the placement every member derives in
+  :mod:`statestore.kafka.standby`).  A partition being moved (revoked, not
+  yet assigned) has no active owner in the view.
+* **Staleness of the metadata.**  The view is refreshed every
+  ``query_metadata_refresh_ms`` on the processor's thread; between refreshes
+  and during a rebalance it can name an owner that has just lost the
+  partition.  That is why a read on an instance that is not (or no longer)
+  the owner is refused with :class:`~statestore.kafka.errors.NotOwnerError`
+  naming the owner *this* instance believes in, and why writes are fenced by
+  the transaction, not by the view.
+* **Local reads.**  :class:`InteractiveQueries` holds, besides the view, the
+  partitions this process answers for: a reader of each running task's
+  store (the committed state), and of each standby with its :class:`LagInfo`.
+  A read of a standby is allowed only when the caller bounds it
+  (``max_lag_records`` and/or ``max_staleness_ms``); one outside its bound
+  raises :class:`~statestore.kafka.errors.StandbyTooStaleError`.
+
+Lag of a standby: ``offset_lag`` is the changelog's high watermark (as its
+consumer last fetched it) minus the standby's position; ``caught_up_ms`` is the
+last wall-clock time it was seen with no lag, so ``staleness_ms`` at a read is
+``now - caught_up_ms`` (``None``: never caught up).  The watermark is itself
+as old as the last fetch, so a standby reported caught up may miss the
+commits of the last fetch interval (``fetch.wait.max.ms``, 500 ms); the
+staleness bound covers that, the record bound alone does not.
+
+Thread-safety: :class:`InteractiveQueries` is thread-safe: the processor's
+thread publishes immutable snapshots (:meth:`InteractiveQueries.publish_view`,
+:meth:`InteractiveQueries.publish_local`), any thread reads.  Point reads
+(``get``) only: RocksDB calls hold the GIL, so a read racing with the close
+of a partition (revoked, lost) either completes or raises
+:class:`~statestore.errors.InvalidStateStoreError`, which is reported as
+:class:`~statestore.kafka.errors.NotOwnerError`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+
+from statestore.errors import InvalidStateStoreError, SerializationError
+from statestore.kafka.endpoint import HostInfo, parse_client_id
+from statestore.kafka.errors import NotOwnerError, StandbyTooStaleError
+from statestore.partitioner import partition_for
+from statestore.serdes import Serde
+from statestore.stores.reader import StoreReader
+
+if TYPE_CHECKING:
+    from statestore.kafka.standby import StandbyTasks
+    from statestore.stores.engine import RocksDBEngine
+
+__all__ = [
+    "GroupView",
+    "InteractiveQueries",
+    "KeyQueryMetadata",
+    "LagInfo",
+    "MemberInfo",
+    "QueryResult",
+    "describe_group",
+]
+
+V = TypeVar("V")
+
+
+@attrs.frozen(kw_only=True)
+class MemberInfo:
+    """One member of the group as the coordinator described it.  Immutable."""
+
+    member_id: str
+    instance_id: str | None
+    endpoint: HostInfo | None
+    partitions: tuple[int, ...]
+
+
+@attrs.frozen(kw_only=True)
+class KeyQueryMetadata:
+    """Where the partition of a key lives (Kafka Streams' ``KeyQueryMetadata``).  Immutable.
+
+    ``active`` is ``None`` when no member owns the partition in the view (a
+    rebalance is moving it, or its owner advertises no endpoint); ``standbys``
+    are the endpoints that should keep a warm copy, in ring order.
+    """
+
+    store: str
+    partition: int
+    active: HostInfo | None
+    standbys: tuple[HostInfo, ...]
+    view_ms: int
+    """Wall-clock time of the group description this answer comes from."""
+
+
+@attrs.frozen(kw_only=True)
+class GroupView:
+    """One description of the group: members, their partitions and endpoints.  Immutable.
+
+    Invariant: no partition is listed under two members (a description taken
+    mid-rebalance that shows one twice keeps neither: see :meth:`of`).
+    """
+
+    members: tuple[MemberInfo, ...]
+    partitions: int
+    replicas: int
+    fetched_ms: int
+
+    @classmethod
+    def of(
+        cls, members: tuple[MemberInfo, ...], *, partitions: int, replicas: int, fetched_ms: int
+    ) -> GroupView:
+        """A view of ``members``; a partition claimed by two members is dropped from both."""
+        seen: dict[int, int] = {}
+        for member in members:
+            for p in member.partitions:
+                seen[p] = seen.get(p, 0) + 1
+        twice = {p for p, count in seen.items() if count > 1}
+        if twice:
+            members = tuple(
+                attrs.evolve(m, partitions=tuple(p for p in m.partitions if p not in twice))
+                for m in members
+            )
+        ordered = tuple(sorted(members, key=lambda m: m.member_id))
+        return cls(members=ordered, partitions=partitions, replicas=replicas, fetched_ms=fetched_ms)
+
+    def owner(self, partition: int) -> MemberInfo | None:
+        """The member assigned ``partition``, or ``None``."""
+        for member in self.members:
+            if partition in member.partitions:
+                return member
+        return None
+
+    def standbys(self, partition: int) -> tuple[MemberInfo, ...]:
+        """The members that keep standbys of ``partition``: the ``replicas`` after its owner in
+        the ring of member ids (as :func:`statestore.kafka.standby.standby_partitions`)."""
+        owner = self.owner(partition)
+        count = len(self.members)
+        if owner is None or self.replicas < 1 or count < 2:
+            return ()
+        index = self.members.index(owner)
+        steps = range(1, min(self.replicas, count - 1) + 1)
+        return tuple(self.members[(index + step) % count] for step in steps)
+
+    def metadata(self, store: str, partition: int) -> KeyQueryMetadata:
+        """:class:`KeyQueryMetadata` of ``partition`` of ``store``."""
+        owner = self.owner(partition)
+        return KeyQueryMetadata(
+            store=store,
+            partition=partition,
+            active=None if owner is None else owner.endpoint,
+            standbys=tuple(m.endpoint for m in self.standbys(partition) if m.endpoint is not None),
+            view_ms=self.fetched_ms,
+        )
+
+
+def describe_group(
+    admin: Any,
+    group: str,
+    topic: str,
+    *,
+    partitions: int,
+    replicas: int,
+    now_ms: int,
+    timeout_s: float = 5,
+) -> GroupView:
+    """The :class:`GroupView` of ``group`` from ``AdminClient.describe_consumer_groups``.
+
+    A member's partitions are its current assignment of ``topic`` (one input
+    topic stands for all: they are co-partitioned).
+    """
+    futures = admin.describe_consumer_groups([group], request_timeout=timeout_s)
+    description = futures[group].result(timeout=timeout_s)
+    members = []
+    for member in description.members:
+        assignment = member.assignment
+        tps = assignment.topic_partitions if assignment is not None else []
+        instance_id, endpoint = parse_client_id(member.client_id or "")
+        members.append(
+            MemberInfo(
+                member_id=member.member_id,
+                instance_id=instance_id,
+                endpoint=endpoint,
+                partitions=tuple(sorted(tp.partition for tp in tps if tp.topic == topic)),
+            )
+        )
+    return GroupView.of(tuple(members), partitions=partitions, replicas=replicas, fetched_ms=now_ms)
+
+
+@attrs.frozen(kw_only=True)
+class LagInfo:
+    """How far a replica of a store partition is behind its changelog (Kafka Streams' ``LagInfo``).
+
+    ``current_offset`` is the replica's position, ``end_offset`` the changelog's
+    high watermark as last fetched, ``offset_lag`` the difference;
+    ``caught_up_ms`` the last wall-clock time it was seen with no lag (``None``:
+    never).  The active replica is the changelog's only writer: lag 0, caught up
+    at every moment.  Immutable.
+    """
+
+    current_offset: int
+    end_offset: int
+    offset_lag: int
+    caught_up_ms: int | None
+
+    def staleness_ms(self, now_ms: int) -> int | None:
+        """How long ago the replica was last known to be caught up (``None``: never)."""
+        return None if self.caught_up_ms is None else max(0, now_ms - self.caught_up_ms)
+
+
+@attrs.frozen(kw_only=True)
+class QueryResult(Generic[V]):
+    """A value read by :meth:`InteractiveQueries.get`, with where it came from.  Immutable.
+
+    ``active``: read on the partition's active owner (this process), else on a
+    standby, whose ``lag`` says how stale it may be; ``staleness_ms`` is the
+    standby's staleness at the read (0 for the active).
+    """
+
+    value: V | None
+    store: str
+    partition: int
+    active: bool
+    lag: LagInfo
+    staleness_ms: int | None
+
+
+@attrs.frozen(kw_only=True)
+class _Local:
+    """What this process answers for: active readers, standby readers with their lag."""
+
+    active: Mapping[str, Mapping[int, StoreReader[Any, Any]]] = attrs.field(factory=dict)
+    standby: Mapping[str, Mapping[int, tuple[StoreReader[Any, Any], LagInfo]]] = attrs.field(
+        factory=dict
+    )
+
+
+class InteractiveQueries:
+    """The query side of a processor: metadata for keys and bounded local reads (module docstring).
+
+    Thread-safe: the processor's thread publishes, any thread calls
+    :meth:`metadata_for_key`, :meth:`metadata_for_partition` and :meth:`get`.
+    ``_lock`` guards the swap of the two snapshot references only.
+    """
+
+    def __init__(
+        self,
+        *,
+        key_serdes: Mapping[str, Serde[Any]],
+        endpoint: HostInfo | None,
+        wall_clock_ms: Callable[[], int],
+    ) -> None:
+        """Queries over stores with these key serdes; ``endpoint``: this process's own."""
+        self._key_serdes = dict(key_serdes)
+        self._key_locks = {name: threading.Lock() for name in self._key_serdes}
+        self._endpoint = endpoint
+        self._wall_clock_ms = wall_clock_ms
+        self._lock = threading.Lock()
+        self._view: GroupView | None = None
+        self._local = _Local()
+        self._standby_readers: dict[
+            tuple[str, int], tuple[RocksDBEngine, StoreReader[Any, Any]]
+        ] = {}
+        """Processor's thread only: the reader of each standby engine."""
+        self._caught_up: dict[tuple[str, int], int] = {}
+        """Processor's thread only: when each standby was last seen with no lag."""
+
+    @property
+    def endpoint(self) -> HostInfo | None:
+        """This process's advertised endpoint."""
+        return self._endpoint
+
+    @property
+    def view(self) -> GroupView | None:
+        """The last group description (``None`` before the first one)."""
+        return self._view
+
+    def publish_view(self, view: GroupView) -> None:
+        """Take ``view`` as the current group description (processor's thread)."""
+        with self._lock:
+            self._view = view
+
+    def publish_local(
+        self,
+        active: Mapping[str, Mapping[int, StoreReader[Any, Any]]],
+        standby: Mapping[str, Mapping[int, tuple[StoreReader[Any, Any], LagInfo]]],
+    ) -> None:
+        """Take the partitions this process answers for now (processor's thread)."""
+        local = _Local(active=active, standby=standby)
+        with self._lock:
+            self._local = local
+
+    def refresh_local(
+        self,
+        active: Mapping[str, Mapping[int, StoreReader[Any, Any]]],
+        standbys: StandbyTasks | None,
+        value_serdes: Mapping[str, Serde[Any]],
+    ) -> None:
+        """Publish ``active`` (running partitions' readers) and every standby with its lag now.
+
+        Processor's thread, once per poll.  A standby's reader is built once per
+        engine it opened; its ``caught_up_ms`` is the last refresh that saw it
+        at the high watermark.
+        """
+        now_ms = self._wall_clock_ms()
+        standby: dict[str, dict[int, tuple[StoreReader[Any, Any], LagInfo]]] = {}
+        kept: dict[tuple[str, int], tuple[RocksDBEngine, StoreReader[Any, Any]]] = {}
+        partitions = () if standbys is None else sorted(standbys.partitions)
+        for name, key_serde in self._key_serdes.items():
+            for p in partitions:
+                assert standbys is not None
+                engine = standbys.engine(name, p)
+                offsets = standbys.offsets(name, p)
+                if engine is None or offsets is None:
+                    continue
+                cached = self._standby_readers.get((name, p))
+                if cached is None or cached[0] is not engine:
+                    reader: StoreReader[Any, Any] = StoreReader(
+                        name=name,
+                        engines=[engine],
+                        key_serde=key_serde,
+                        value_serde=value_serdes[name],
+                        visibility=threading.Lock(),
+                    )
+                    cached = (engine, reader)
+                kept[(name, p)] = cached
+                position, end = offsets
+                lag_records = max(0, end - position)
+                if lag_records == 0:
+                    self._caught_up[(name, p)] = now_ms
+                lag = LagInfo(
+                    current_offset=position,
+                    end_offset=end,
+                    offset_lag=lag_records,
+                    caught_up_ms=self._caught_up.get((name, p)),
+                )
+                standby.setdefault(name, {})[p] = (cached[1], lag)
+        self._standby_readers = kept
+        self._caught_up = {k: v for k, v in self._caught_up.items() if k in kept}
+        self.publish_local(active, standby)
+
+    def _store_serde(self, store: str) -> Serde[Any]:
+        serde = self._key_serdes.get(store)
+        if serde is None:
+            raise KeyError(f"no store named {store!r} (stores: {sorted(self._key_serdes)})")
+        return serde
+
+    def partition_for_key(self, store: str, key: Any) -> int:
+        """The partition of ``key``: murmur2 of its serialized bytes, as the producers'."""
+        serde = self._store_serde(store)
+        view = self._view
+        if view is None:
+            raise NotOwnerError(store, None, None, (), "no group description yet")
+        if key is None:
+            raise SerializationError(store, "key", "NoneType", "keys must not be None")
+        try:
+            with self._key_locks[store]:
+                data = serde.serialize(key)
+        except Exception as exc:
+            raise SerializationError(store, "key", type(key).__name__, str(exc)) from exc
+        return partition_for(data, view.partitions)
+
+    def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+        """Who serves ``key`` of ``store``: the active owner and the standbys, from the last
+        group description.  NotOwnerError (``partition`` ``None``) before the first one."""
+        partition = self.partition_for_key(store, key)
+        return self.metadata_for_partition(store, partition)
+
+    def metadata_for_partition(self, store: str, partition: int) -> KeyQueryMetadata:
+        """Who serves ``partition`` of ``store`` (as :meth:`metadata_for_key`)."""
+        self._store_serde(store)
+        view = self._view
+        if view is None:
+            raise NotOwnerError(store, partition, None, (), "no group description yet")
+        if not 0 <= partition < view.partitions:
+            raise ValueError(f"partition {partition} out of range (0-{view.partitions - 1})")
+        return view.metadata(store, partition)
+
+    def get(
+        self,
+        store: str,
+        key: Any,
+        *,
+        max_lag_records: int | None = None,
+        max_staleness_ms: int | None = None,
+    ) -> QueryResult[Any]:
+        """The committed value of ``key`` read here, if this process may answer for it.
+
+        The active owner always answers.  A standby answers only when a bound
+        is given and it holds: at most ``max_lag_records`` behind the
+        changelog's end and last caught up at most ``max_staleness_ms`` ago
+        (each ``None``: not bounded; both ``None``: standbys are not read).
+        Otherwise :class:`~statestore.kafka.errors.StandbyTooStaleError` (a
+        standby outside its bound) or
+        :class:`~statestore.kafka.errors.NotOwnerError`, naming the owner.
+        """
+        partition = self.partition_for_key(store, key)
+        local = self._local
+        reader = local.active.get(store, {}).get(partition)
+        now_ms = self._wall_clock_ms()
+        if reader is not None:
+            try:
+                value = reader.get(key)
+            except InvalidStateStoreError:
+                pass  # closed under us: no longer ours
+            else:
+                lag = LagInfo(current_offset=-1, end_offset=-1, offset_lag=0, caught_up_ms=now_ms)
+                return QueryResult(
+                    value=value,
+                    store=store,
+                    partition=partition,
+                    active=True,
+                    lag=lag,
+                    staleness_ms=0,
+                )
+        meta = self.metadata_for_partition(store, partition)
+        standby = local.standby.get(store, {}).get(partition)
+        bounded = max_lag_records is not None or max_staleness_ms is not None
+        if standby is None or not bounded:
+            reason = "not the active owner" + (
+                "" if standby is None else " (a standby is here: give a bound to read it)"
+            )
+            raise NotOwnerError(store, partition, meta.active, meta.standbys, reason)
+        reader, lag = standby
+        staleness = lag.staleness_ms(now_ms)
+        too_many = max_lag_records is not None and lag.offset_lag > max_lag_records
+        too_old = max_staleness_ms is not None and (
+            staleness is None or staleness > max_staleness_ms
+        )
+        if too_many or too_old:
+            raise StandbyTooStaleError(
+                store,
+                partition,
+                meta.active,
+                meta.standbys,
+                lag_records=lag.offset_lag,
+                staleness_ms=staleness,
+                max_lag_records=max_lag_records,
+                max_staleness_ms=max_staleness_ms,
+            )
+        try:
+            value = reader.get(key)
+        except InvalidStateStoreError as exc:
+            raise NotOwnerError(
+                store, partition, meta.active, meta.standbys, "the standby was closed"
+            ) from exc
+        return QueryResult(
+            value=value,
+            store=store,
+            partition=partition,
+            active=False,
+            lag=lag,
+            staleness_ms=staleness,
+        )
