@@ -15,11 +15,20 @@ import pytest
 
 from changelog.config import CleanerConfig, LogConfig
 from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
+from statestore.kafka.store import KafkaStoreSpec
 from statestore.stores.time.settings import TimeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
-CLASSES = [LogConfig, CleanerConfig, StateManagerConfig, StoreConfig, RocksDBConfig, TimeSettings]
+CLASSES = [
+    LogConfig,
+    CleanerConfig,
+    StateManagerConfig,
+    StoreConfig,
+    RocksDBConfig,
+    TimeSettings,
+    KafkaStoreSpec,
+]
 
 
 def documented_settings(text: str, class_name: str) -> list[str]:

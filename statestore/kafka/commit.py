@@ -5,7 +5,8 @@ process), numbered as the tests crash them:
 
 1. ``begin_transaction``;
 2. produce one changelog record per buffered key of every store partition
-   (a tombstone for a delete) to partition ``p`` of the store's topic, and
+   (a tombstone for a delete) to partition ``p`` of the store's topic (a
+   store in time's with its timestamp as the record's CreateTime), and
    the buffered outputs.  A commit of any size: when librdkafka's local
    queue is full (``BufferError``) the producer is polled (delivery reports
    free room) and the record produced again, until the commit's deadline;
@@ -79,8 +80,9 @@ class TransactionalProducer(Protocol):
         partition: int = -1,
         on_delivery: Callable[[Any, Any], None] | None = None,
         headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp: int = 0,
     ) -> None:
-        """Queue one record (``BufferError`` when the local queue is full)."""
+        """Queue one record (``BufferError`` when the local queue is full; ``timestamp`` 0: now)."""
 
     def poll(self, timeout: float = -1) -> int:
         """Serve delivery reports (frees room in the local queue); the count served."""
@@ -202,20 +204,46 @@ def commit_tasks(
             report = delivered(index)
             topic = entry.topic
             partition = entry.store.partition
-            for key, value in entry.store.pending.items():
-                try:
-                    produce(topic, value=value, key=key, partition=partition, on_delivery=report)
-                except BufferError:
-                    _produce_when_room(
-                        producer,
-                        deadline,
-                        topic,
-                        value=value,
-                        key=key,
-                        partition=partition,
-                        on_delivery=report,
-                    )
-            changelog_records += len(entry.store.pending)
+            pairs, stamps = entry.store.changelog_records()
+            if stamps is None:  # key-value: the producer stamps the records
+                for key, value in pairs:
+                    try:
+                        produce(
+                            topic, value=value, key=key, partition=partition, on_delivery=report
+                        )
+                    except BufferError:
+                        _produce_when_room(
+                            producer,
+                            deadline,
+                            topic,
+                            value=value,
+                            key=key,
+                            partition=partition,
+                            on_delivery=report,
+                        )
+            else:  # a store in time: each record carries its timestamp (CreateTime)
+                for (key, value), stamp in zip(pairs, stamps, strict=True):
+                    try:
+                        produce(
+                            topic,
+                            value=value,
+                            key=key,
+                            partition=partition,
+                            on_delivery=report,
+                            timestamp=stamp,
+                        )
+                    except BufferError:
+                        _produce_when_room(
+                            producer,
+                            deadline,
+                            topic,
+                            value=value,
+                            key=key,
+                            partition=partition,
+                            on_delivery=report,
+                            timestamp=stamp,
+                        )
+            changelog_records += len(pairs)
         for record in outputs:
             try:
                 produce(

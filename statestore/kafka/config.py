@@ -17,6 +17,7 @@ from statestore.config import RocksDBConfig
 from statestore.errors import InvalidStoreConfigError
 from statestore.kafka.endpoint import HostInfo
 from statestore.kafka.security import SecurityConfig
+from statestore.stores.time.settings import ADDITIONAL_RETENTION_MS, TimeSettings
 
 __all__ = ["ChangelogTopicConfig", "GroupProtocol", "ProcessingGuarantee", "ProcessorConfig"]
 
@@ -97,14 +98,38 @@ class ChangelogTopicConfig:
         if not 0 < value <= 1:
             raise InvalidStoreConfigError(attribute.name, value, "must be in (0, 1]")
 
-    def topic_configs(self) -> dict[str, str]:
-        """The topic settings used at creation, Kafka's names and spelling."""
+    def topic_configs(self, time: TimeSettings | None = None) -> dict[str, str]:
+        """The topic settings used at creation, Kafka's names and spelling.
+
+        ``time`` (a store in time) adds what Kafka Streams' changelog topic of
+        that store type has (:meth:`required_configs`).
+        """
         return {
             "cleanup.policy": "compact",
             "delete.retention.ms": str(self.delete_retention_ms),
             "segment.bytes": str(self.segment_bytes),
             "min.cleanable.dirty.ratio": str(self.min_cleanable_dirty_ratio),
+            **self.required_configs(time),
         }
+
+    @staticmethod
+    def required_configs(time: TimeSettings | None) -> dict[str, str]:
+        """What a store type needs of its topic, as Kafka Streams' ``InternalTopicConfig`` s.
+
+        * key-value and timestamped key-value: nothing beyond ``compact``;
+        * window and session (``WindowedChangelogTopicConfig``):
+          ``cleanup.policy=compact,delete`` and ``retention.ms`` = the store's
+          retention + one day (``windowstore.changelog.additional.retention.ms``);
+        * versioned (``VersionedChangelogTopicConfig``): ``min.compaction.lag.ms``
+          = history retention + one day, so the broker's cleaner keeps the
+          history a restore needs.
+        """
+        if time is None or not time.segmented:
+            return {}
+        extra = str(time.retention_ms + ADDITIONAL_RETENTION_MS)
+        if time.store_type == "versioned-key-value":
+            return {"min.compaction.lag.ms": extra}
+        return {"cleanup.policy": "compact,delete", "retention.ms": extra}
 
 
 @attrs.frozen(kw_only=True)

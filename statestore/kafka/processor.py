@@ -155,8 +155,12 @@ class ProcessorContext:
         assert self._task is not None
         return self._task.partition
 
-    def store(self, name: str) -> KeyValueStore[Any, Any]:
-        """The partition of store ``name`` that belongs to this record's partition."""
+    def store(self, name: str) -> Any:
+        """The partition of store ``name`` that belongs to this record's partition.
+
+        A :class:`~statestore.KeyValueStore`, or the store in time its spec names
+        (:class:`~statestore.WindowStore`, ...).
+        """
         assert self._task is not None
         return self._task.stores[name].store
 
@@ -345,7 +349,11 @@ class Processor:
         check_topic_rights(self._admin, rights)
         check_group_rights(self._admin, config.application_id)
         infos = ensure_changelog_topics(
-            self._admin, list(names.values()), partitions=self._partitions, config=config.changelog
+            self._admin,
+            list(names.values()),
+            partitions=self._partitions,
+            config=config.changelog,
+            times={names[name]: spec.time for name, spec in self._specs.items()},
         )
         self._topics = {name: infos[topic] for name, topic in names.items()}
         self._producer = self._new_producer()
@@ -372,6 +380,7 @@ class Processor:
             stall_timeout_s=config.restore_timeout_ms / 1000,
             listener=self._restore_listener,
             wall_clock_ms=self._wall_clock_ms,
+            specs=self._specs,
         )
         self._restorer.start()
         if config.num_standby_replicas > 0:
@@ -393,6 +402,7 @@ class Processor:
                 rocksdb=config.rocksdb,
                 changelog=config.changelog,
                 wall_clock_ms=self._wall_clock_ms,
+                specs=self._specs,
             )
         self._join()
         self._unreleased_until = time.monotonic() + config.static_rejoin_timeout_ms / 1000
@@ -587,6 +597,8 @@ class Processor:
                 key_serde=self._specs[name].key_serde,
                 value_serde=self._specs[name].value_serde,
                 max_record_bytes=self._specs[name].max_record_bytes,
+                time_settings=self._specs[name].time,
+                now_ms=self._wall_clock_ms,
             )
             for name, engine in result.engines.items()
         }

@@ -20,7 +20,8 @@ offset is an error, never a silent jump), each at its start offset.  A step
 consumes what the consumer has fetched for all of them (no fixed wait per
 partition), appends each record to its partition's pending WriteBatch, writes
 a WriteBatch once it holds ``batch_bytes`` of keys and values (with the
-applied offset just past its last record, values never decoded), and then
+applied offset just past its last record, values never decoded; a store in
+time's record gets its timestamp put back, :func:`statestore.stores.time.layout.restored_pairs`), and then
 compares each partition's *position* with the end offset captured before the
 restore (the high watermark).  The position, not the last record:
 transaction markers and aborted records occupy offsets that a
@@ -42,12 +43,13 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from statestore.kafka.config import ChangelogTopicConfig
 from statestore.kafka.errors import BrokerRestoreError
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.restore import RestorePlan, StateRestoreListener, plan_restore
+from statestore.stores.time.layout import RecordFormat, restored_pairs
 
 __all__ = [
     "APPLIED_TIME_KEY",
@@ -167,8 +169,11 @@ class PartitionReplay:
         engine: RocksDBEngine,
         start_offset: int,
         end_offset: int,
+        record_format: RecordFormat = "plain",
     ) -> None:
         self.store = store
+        self.record_format = record_format
+        """How records map to RocksDB entries (a store in time puts the record's timestamp back)."""
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -285,6 +290,11 @@ class RestoreSession:
                     replay.topic, replay.partition, offset, "changelog record without a key"
                 )
             value = message.value()
+            if replay.record_format != "plain":
+                ((restored, value),) = restored_pairs(
+                    replay.record_format, ((key, message.timestamp()[1], value),)
+                )
+                key = cast("bytes", restored)  # a key in gives a key out
             replay.pending.append((key, value))
             replay.pending_bytes += len(key) + (0 if value is None else len(value))
             replay.last_offset = offset

@@ -5,7 +5,8 @@ thread hands a task over with :meth:`Restorer.add` (its state is then
 ``RESTORING``) and takes the finished ones back with :meth:`Restorer.take`;
 between the two the restorer thread alone touches that task's RocksDB:
 
-1. open ``<state_dir>/<store>-<p>/`` of every store (the tasks added
+1. open ``<state_dir>/<store>-<p>/`` of every store (segmented by time for
+   window, session and versioned stores; the tasks added
    together on a few helper threads at once; each task's engines are touched
    by one of them only), read the watermarks of the changelog partitions (one
    request per topic for every task added together), plan
@@ -51,6 +52,7 @@ from statestore.kafka.restore import (
     stored_applied_time_ms,
     stored_topic_id,
 )
+from statestore.kafka.store import KafkaStoreSpec
 from statestore.kafka.topics import TopicInfo, watermarks
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.restore import StateRestoreListener
@@ -124,7 +126,10 @@ class Restorer:
         stall_timeout_s: float,
         listener: StateRestoreListener | None = None,
         wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        specs: Mapping[str, KafkaStoreSpec] | None = None,
     ) -> None:
+        """``specs``: the stores by name (their engine and record format; absent: key-value)."""
+        self._specs = {name: (specs or {}).get(name, KafkaStoreSpec(name=name)) for name in topics}
         self._close_consumer = close_consumer
         self._admin = admin
         self._state_dir = state_dir
@@ -288,7 +293,8 @@ class Restorer:
         for name, info in self._topics.items():
             path = self._state_dir / f"{name}-{p}"
             label = f"[{name}-{p}]"
-            engine = RocksDBEngine.open(path, config=self._rocksdb, cache=None, label=label)
+            spec = self._specs[name]
+            engine = spec.open_engine(path, config=self._rocksdb, label=label)
             restoring.engines[name] = engine
             low, high = marks[name][p]
             plan = plan_broker_restore(
@@ -307,7 +313,7 @@ class Restorer:
                 engine.close(flush=False)
                 del restoring.engines[name]
                 RocksDBEngine.destroy(path)
-                engine = RocksDBEngine.open(path, config=self._rocksdb, cache=None, label=label)
+                engine = spec.open_engine(path, config=self._rocksdb, label=label)
                 restoring.engines[name] = engine
             replay = PartitionReplay(
                 store=name,
@@ -317,6 +323,7 @@ class Restorer:
                 engine=engine,
                 start_offset=plan.start_offset,
                 end_offset=high,
+                record_format=spec.record_format,
             )
             restoring.plans[name] = plan
             restoring.replays[replay.key] = replay

@@ -10,7 +10,8 @@ see the same description, so they agree, up to the moment a rebalance is in
 flight; a wrong guess costs only a colder restore, never correctness.
 
 A standby partition (:class:`StandbyTasks`) is a RocksDB directory at the same
-path an active task would use, fed by a dedicated ``read_committed`` consumer
+path an active task would use (segmented by time for window, session and
+versioned stores, each record's timestamp put back as a restore does), fed by a dedicated ``read_committed`` consumer
 that tails the changelog partition, in WriteBatches that carry the applied
 offset (and the topic id).  The applied *time* is written only when the
 standby has reached the high watermark, so a standby that lags is never taken
@@ -37,8 +38,10 @@ from statestore.kafka.restore import (
     stored_applied_time_ms,
     stored_topic_id,
 )
+from statestore.kafka.store import KafkaStoreSpec
 from statestore.kafka.topics import TopicInfo, watermarks
 from statestore.stores.engine import RocksDBEngine
+from statestore.stores.time.layout import restored_pairs
 
 __all__ = ["StandbyTasks", "group_owners", "standby_partitions"]
 
@@ -79,7 +82,10 @@ class StandbyTasks:
         rocksdb: RocksDBConfig,
         changelog: ChangelogTopicConfig,
         wall_clock_ms: Callable[[], int],
+        specs: Mapping[str, KafkaStoreSpec] | None = None,
     ) -> None:
+        """``specs``: the stores by name (their engine and record format; absent: key-value)."""
+        self._specs = {name: (specs or {}).get(name, KafkaStoreSpec(name=name)) for name in topics}
         self._consumer = consumer
         self._admin = admin
         self._state_dir = state_dir
@@ -152,7 +158,8 @@ class StandbyTasks:
         info = self._topics[name]
         path = self._state_dir / f"{name}-{p}"
         label = f"[{name}-{p} standby]"
-        engine = RocksDBEngine.open(path, config=self._rocksdb, cache=None, label=label)
+        spec = self._specs[name]
+        engine = spec.open_engine(path, config=self._rocksdb, label=label)
         low, high = watermarks(self._admin, info.name, [p])[p]
         plan = plan_broker_restore(
             applied_offset=engine.applied_offset(),
@@ -169,7 +176,7 @@ class StandbyTasks:
             logger.info("%s rebuilding: %s", label, plan.reason)
             engine.close(flush=False)
             RocksDBEngine.destroy(path)
-            engine = RocksDBEngine.open(path, config=self._rocksdb, cache=None, label=label)
+            engine = spec.open_engine(path, config=self._rocksdb, label=label)
         if engine.applied_offset() is None:
             engine.write([], plan.start_offset, meta={TOPIC_ID_KEY: info.topic_id.encode()})
         return engine
@@ -205,7 +212,7 @@ class StandbyTasks:
         from confluent_kafka import TopicPartition  # noqa: PLC0415
 
         messages = self._consumer.consume(max_records, timeout=timeout_s)
-        grouped: dict[tuple[str, int], list[tuple[int, bytes, bytes | None]]] = {}
+        grouped: dict[tuple[str, int], list[tuple[int, bytes, int, bytes | None]]] = {}
         for message in messages:
             if message.error() is not None or message.key() is None:
                 continue
@@ -213,7 +220,7 @@ class StandbyTasks:
             if name is None or (name, message.partition()) not in self._engines:
                 continue
             grouped.setdefault((name, message.partition()), []).append(
-                (message.offset(), message.key(), message.value())
+                (message.offset(), message.key(), message.timestamp()[1], message.value())
             )
         for (name, p), entries in grouped.items():
             engine = self._engines[(name, p)]
@@ -228,7 +235,17 @@ class StandbyTasks:
                 if caught_up
                 else {TOPIC_ID_KEY: topic.topic_id.encode()}
             )
-            engine.write([(k, v) for _o, k, v in entries], entries[-1][0] + 1, meta=meta)
+            record_format = self._specs[name].record_format
+            records: list[tuple[bytes, bytes | None]] = [(k, v) for _o, k, _t, v in entries]
+            if record_format != "plain":
+                records = [
+                    (k, v)
+                    for k, v in restored_pairs(
+                        record_format, [(k, t, v) for _o, k, t, v in entries]
+                    )
+                    if k is not None
+                ]
+            engine.write(records, entries[-1][0] + 1, meta=meta)
             self.records_applied += len(entries)
         return sum(len(entries) for entries in grouped.values())
 

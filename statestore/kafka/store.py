@@ -20,7 +20,17 @@ driven by the processor's Kafka transaction:
    (:meth:`TaskStore.drop_pending`).
 
 So RocksDB never holds uncommitted data (the property Kafka Streams gets from
-KIP-892 since 4.4).  What the store cannot do in this mode (its own
+KIP-892 since 4.4).
+
+Stores in time (``KafkaStoreSpec.time``, :mod:`statestore.stores.time`) are
+the same top layers as in local mode over the same lower layers: the engine is
+segmented for window, session and versioned stores
+(:meth:`KafkaStoreSpec.open_engine`), and the changelog records are mapped as
+the local change-logging layer maps them
+(:func:`statestore.stores.time.layout.changelog_records`): a timestamped
+value's timestamp becomes the record's timestamp (CreateTime) and leaves the
+value, a version's timestamp leaves the key; the restore puts them back
+(:func:`statestore.stores.time.layout.restored_pairs`).  What the store cannot do in this mode (its own
 ``commit()``, ``abort()``, ``transaction()``, a local ``changelog``) raises
 :class:`~statestore.errors.UnsupportedStoreOperationError`, which says why.
 
@@ -35,13 +45,16 @@ Thread-safety: not thread-safe; the processor's thread uses a task's stores
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, Final, Generic, NoReturn, TypeVar
 
 import attrs
 
 from changelog import AppendInfo, Log
 from changelog.record.control import ControlRecordType
+from statestore.config import RocksDBConfig
 from statestore.errors import (
     InvalidStateStoreError,
     StateStoreError,
@@ -50,22 +63,31 @@ from statestore.errors import (
 )
 from statestore.metrics.metered import PartitionMetrics
 from statestore.metrics.registry import MetricsRegistry
-from statestore.serdes import MsgpackSerde, Serde, StringSerde
+from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.builder import wrap_partitions
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.lifecycle import StoreState, move
 from statestore.stores.participant import Participant, Records
 from statestore.stores.reader import StoreReader
 from statestore.stores.spec import RECORD_OVERHEAD_BYTES
+from statestore.stores.time.base import TimeStoreBase
+from statestore.stores.time.layout import RecordFormat, changelog_records
+from statestore.stores.time.segments import SegmentedEngine
+from statestore.stores.time.settings import TimeSettings
+from statestore.stores.time.top import wrap_time_store
 from statestore.stores.typed import KeyValueStore
 
-__all__ = ["KafkaStoreSpec", "TaskStore", "TopicChangeLoggingStore"]
+__all__ = ["ChangelogRecords", "KafkaStoreSpec", "TaskStore", "TopicChangeLoggingStore"]
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 PRODUCER_MAX_MESSAGE_BYTES: Final = 1_000_000
 """The producer's default ``message.max.bytes``: the largest batch it sends."""
+
+ChangelogRecords = tuple[list[tuple[bytes, bytes | None]], list[int] | None]
+"""A commit's changelog records of one store partition: ``(key, value)`` pairs and their
+timestamps (``None``: the producer stamps them, as for key-value stores)."""
 
 _RUNTIME_COMMITS: Final = (
     "its changelog is a topic partition on the broker, written only by the processor's "
@@ -75,7 +97,12 @@ _RUNTIME_COMMITS: Final = (
 
 @attrs.frozen(kw_only=True)
 class KafkaStoreSpec:
-    """A store the processor keeps per partition: name, serdes, record limit.  Immutable."""
+    """A store the processor keeps per partition: name, serdes, record limit, type.  Immutable.
+
+    ``time=None`` is a key-value store; :meth:`timestamped`, :meth:`window`,
+    :meth:`session` and :meth:`versioned` build the specs of the stores in time
+    (the same arguments as the local manager's methods).
+    """
 
     name: str
     key_serde: Serde[Any] = attrs.field(factory=StringSerde)
@@ -87,6 +114,103 @@ class KafkaStoreSpec:
     """The largest serialized key + value a put accepts: a larger record would fail the
     producer at commit (``message.max.bytes``) and abort the whole transaction, so it is
     refused at the put (:class:`~statestore.errors.RecordTooLargeForLogError`)."""
+    time: TimeSettings | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(TimeSettings)),
+    )
+    """The store in time this is (``None``: a key-value store)."""
+
+    @classmethod
+    def timestamped(
+        cls,
+        name: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KafkaStoreSpec:
+        """A timestamped key-value store (:class:`~statestore.TimestampedKeyValueStore`)."""
+        return cls._of(name, TimeSettings.timestamped_key_value(), key_serde, value_serde)
+
+    @classmethod
+    def window(
+        cls,
+        name: str,
+        *,
+        window_size_ms: int,
+        retention_ms: int,
+        segment_interval_ms: int | None = None,
+        retain_duplicates: bool = False,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KafkaStoreSpec:
+        """A window store (:class:`~statestore.WindowStore`)."""
+        settings = TimeSettings.window(
+            window_size_ms=window_size_ms,
+            retention_ms=retention_ms,
+            segment_interval_ms=segment_interval_ms,
+            retain_duplicates=retain_duplicates,
+        )
+        return cls._of(name, settings, key_serde, value_serde)
+
+    @classmethod
+    def session(
+        cls,
+        name: str,
+        *,
+        retention_ms: int,
+        segment_interval_ms: int | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KafkaStoreSpec:
+        """A session store (:class:`~statestore.SessionStore`)."""
+        settings = TimeSettings.session(
+            retention_ms=retention_ms, segment_interval_ms=segment_interval_ms
+        )
+        return cls._of(name, settings, key_serde, value_serde)
+
+    @classmethod
+    def versioned(
+        cls,
+        name: str,
+        *,
+        history_retention_ms: int,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KafkaStoreSpec:
+        """A versioned key-value store (:class:`~statestore.VersionedKeyValueStore`)."""
+        settings = TimeSettings.versioned_key_value(history_retention_ms=history_retention_ms)
+        return cls._of(name, settings, key_serde, value_serde)
+
+    @classmethod
+    def _of(
+        cls,
+        name: str,
+        time: TimeSettings,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+    ) -> KafkaStoreSpec:
+        return cls(
+            name=name,
+            key_serde=StringSerde() if key_serde is None else key_serde,
+            value_serde=MsgpackSerde() if value_serde is None else value_serde,
+            time=time,
+        )
+
+    @property
+    def record_format(self) -> RecordFormat:
+        """How RocksDB entries map to changelog records (:mod:`statestore.stores.time.layout`)."""
+        return "plain" if self.time is None else self.time.record_format
+
+    def open_engine(self, path: Path, *, config: RocksDBConfig, label: str) -> RocksDBEngine:
+        """Open (creating if missing) this store's RocksDB partition at ``path``.
+
+        Segmented by time for window, session and versioned stores.
+        """
+        if self.time is None or not self.time.segmented:
+            return RocksDBEngine.open(path, config=config, cache=None, label=label)
+        return SegmentedEngine.open_segmented(
+            path, config=config, cache=None, settings=self.time, label=label
+        )
 
 
 class TopicChangeLoggingStore:
@@ -233,13 +357,14 @@ class TopicChangeLoggingStore:
 class TaskStore(Generic[K, V]):
     """The runtime's handle on one store partition of a task: the stack, and how to commit it.
 
-    :attr:`store` is the user-facing :class:`~statestore.KeyValueStore`.  The
-    runtime reads :attr:`pending` (what to produce), then :meth:`apply`
-    (after ``commit_transaction``) or :meth:`drop_pending` (after an abort).
-    Both take the buffer's writes as they are when called, so they apply or
-    drop exactly what was produced only because nothing writes in between:
-    user code runs inside ``process`` on the processor's thread, which also
-    commits.  See the module docstring.  Not thread-safe.
+    :attr:`store` is the user-facing store (:class:`~statestore.KeyValueStore`,
+    or a store in time).  The runtime reads :meth:`changelog_records` (what to
+    produce), then :meth:`apply` (after ``commit_transaction``) or
+    :meth:`drop_pending` (after an abort).  All take the buffer's writes as
+    they are when called, so they apply or drop exactly what was produced only
+    because nothing writes in between: user code runs inside ``process`` on the
+    processor's thread, which also commits.  See the module docstring.  Not
+    thread-safe.
     """
 
     def __init__(
@@ -252,40 +377,68 @@ class TaskStore(Generic[K, V]):
         value_serde: Serde[V],
         max_record_bytes: int = PRODUCER_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES,
         metrics: MetricsRegistry | None = None,
+        time_settings: TimeSettings | None = None,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         """Build the stack over ``engine`` (restored from the topic; owned from here on).
 
         With ``metrics`` the partition gets the local mode's metered layer and
         partition metrics (operation counters at ``DEBUG``, commits counted at
         :meth:`apply`, the RocksDB gauges; no changelog gauges: the log is the
-        broker's).
+        broker's).  With ``time_settings`` (and ``engine`` opened by
+        :meth:`KafkaStoreSpec.open_engine`) the store is that store in time,
+        whose default timestamps and tombstone timestamps come from ``now_ms``.
         """
         self._part = TopicChangeLoggingStore(store=name, partition=partition, engine=engine)
+        self._record_format: RecordFormat = (
+            "plain" if time_settings is None else time_settings.record_format
+        )
+        self._now_ms = now_ms
         meter = None
         if metrics is not None:
             meter = PartitionMetrics(metrics, store=name, partition=partition)
             meter.attach_engine(engine)
-        self._store: KeyValueStore[K, V] = wrap_partitions(
+        plain = time_settings is None  # a store in time serializes in its own top layer
+        inner_key: Serde[Any] = key_serde if plain else BytesSerde()
+        inner_value: Serde[Any] = value_serde if plain else BytesSerde()
+        self._inner: KeyValueStore[Any, Any] = wrap_partitions(
             [(self._part, meter)],
             name=name,
-            key_serde=key_serde,
-            value_serde=value_serde,
+            key_serde=inner_key,
+            value_serde=inner_value,
             max_record_bytes=max_record_bytes,
             committer=None,
             reader=StoreReader(
                 name=name,
                 engines=[engine],
-                key_serde=key_serde,
-                value_serde=value_serde,
+                key_serde=inner_key,
+                value_serde=inner_value,
                 visibility=threading.Lock(),  # one partition: each read is one snapshot anyway
             ),
         )
-        (self._participant,) = self._store.participants
+        self._top: TimeStoreBase[K, V] | None = (
+            None
+            if time_settings is None
+            else wrap_time_store(
+                self._inner,
+                time_settings,
+                key_serde=key_serde,
+                value_serde=value_serde,
+                now_ms=now_ms,
+            )
+        )
+        (self._participant,) = self._inner.participants
 
     @property
-    def store(self) -> KeyValueStore[K, V]:
-        """The store user code reads and writes (the same class as in local mode)."""
-        return self._store
+    def store(self) -> Any:
+        """The store user code reads and writes (the same class as in local mode).
+
+        A :class:`~statestore.KeyValueStore`, or for a store in time its
+        :class:`~statestore.WindowStore`, :class:`~statestore.SessionStore`,
+        :class:`~statestore.TimestampedKeyValueStore` or
+        :class:`~statestore.VersionedKeyValueStore`.
+        """
+        return self._inner if self._top is None else self._top
 
     @property
     def name(self) -> str:
@@ -314,8 +467,21 @@ class TaskStore(Generic[K, V]):
 
     @property
     def pending(self) -> Mapping[bytes, bytes | None]:
-        """A snapshot of the buffered writes (serialized; ``None``: a tombstone), in write order."""
+        """A snapshot of the buffered writes as RocksDB takes them (serialized; ``None``: a
+        tombstone), in write order."""
         return self._participant.take()
+
+    def changelog_records(self) -> ChangelogRecords:
+        """The buffered writes as changelog records (:data:`ChangelogRecords`), in write order.
+
+        A key-value store's are :attr:`pending` as they are; a store in time's
+        carry each record's timestamp (a tombstone's: ``now_ms``), mapped as
+        the local change-logging layer maps them.
+        """
+        records = self._participant.take()
+        if self._record_format == "plain":
+            return list(records.items()), None
+        return changelog_records(self._record_format, records, self._now_ms)
 
     def drop_pending(self) -> int:
         """Forget the buffered writes (an aborted transaction); the count dropped."""
@@ -334,4 +500,4 @@ class TaskStore(Generic[K, V]):
         """Drop the buffer and close RocksDB (idempotent), releasing its lock for a new owner."""
         if self._participant.pending_count:
             self.drop_pending()  # a closed task's uncommitted writes are dropped, not warned about
-        self._store.close(flush=flush)
+        self._inner.close(flush=flush)

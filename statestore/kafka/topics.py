@@ -5,6 +5,19 @@ A store ``S`` of application ``A`` logs to the compacted topic
 If the topic exists it is *validated*, never altered: partition count,
 ``cleanup.policy`` (must contain ``compact``) and ``delete.retention.ms`` must
 match the store's settings, or :class:`ChangelogTopicMismatchError` is raised.
+A store in time adds Kafka Streams' own checks (``InternalTopicManager``):
+
+======================  =====================================================
+store type              the existing topic must have
+======================  =====================================================
+key-value, timestamped  nothing more (``compact,delete`` is accepted as is)
+window, session         with ``delete`` in ``cleanup.policy``: ``retention.ms``
+                        at least the store's retention + one day (``-1``,
+                        infinite, passes) and no ``retention.bytes``
+versioned               no ``delete`` in ``cleanup.policy``;
+                        ``min.compaction.lag.ms`` at least the history
+                        retention + one day
+======================  =====================================================
 
 The topic id (Kafka's UUID of a topic, new on every re-creation) is read so
 that a restore can tell a recreated topic from the one its local state came
@@ -31,6 +44,7 @@ from statestore.kafka.errors import (
     KafkaClientError,
     client_error,
 )
+from statestore.stores.time.settings import TimeSettings
 
 __all__ = [
     "TopicInfo",
@@ -232,18 +246,46 @@ def validate_changelog_topic(
     actual_partitions: int,
     configs: Mapping[str, str | None],
     config: ChangelogTopicConfig,
+    time: TimeSettings | None = None,
 ) -> None:
-    """Raise :class:`ChangelogTopicMismatchError` unless the topic fits the store (pure check)."""
+    """Raise :class:`ChangelogTopicMismatchError` unless the topic fits the store (pure check).
+
+    ``time``: the store in time logging there (the module docstring's table).
+    """
     if actual_partitions != partitions:
         raise ChangelogTopicMismatchError(topic, "partitions", partitions, actual_partitions)
     policy = configs.get("cleanup.policy") or ""
-    if "compact" not in {part.strip() for part in policy.split(",")}:
+    policies = {part.strip() for part in policy.split(",")}
+    if "compact" not in policies:
         raise ChangelogTopicMismatchError(topic, "cleanup.policy", "compact", policy)
     retention = configs.get("delete.retention.ms")
     if retention is None or int(retention) != config.delete_retention_ms:
         raise ChangelogTopicMismatchError(
             topic, "delete.retention.ms", config.delete_retention_ms, retention
         )
+    required = ChangelogTopicConfig.required_configs(time)
+    windowed = "retention.ms" in required
+    if "delete" in policies and "min.compaction.lag.ms" in required:
+        raise ChangelogTopicMismatchError(topic, "cleanup.policy", "compact", policy)
+    if windowed and "delete" in policies:
+        _at_least(topic, "retention.ms", int(required["retention.ms"]), configs, infinite=True)
+        if configs.get("retention.bytes") not in (None, "-1"):
+            raise ChangelogTopicMismatchError(
+                topic, "retention.bytes", "-1", configs.get("retention.bytes")
+            )
+    if "min.compaction.lag.ms" in required:
+        lag = int(required["min.compaction.lag.ms"])
+        _at_least(topic, "min.compaction.lag.ms", lag, configs, infinite=False)
+
+
+def _at_least(
+    topic: str, name: str, minimum: int, configs: Mapping[str, str | None], *, infinite: bool
+) -> None:
+    """Raise unless the topic's ``name`` is ``>= minimum`` (or ``-1`` when that means infinite)."""
+    actual = configs.get(name)
+    value = None if actual is None else int(actual)
+    if value is None or (value < minimum and not (infinite and value == -1)):
+        raise ChangelogTopicMismatchError(topic, name, f">= {minimum}", actual)
 
 
 def ensure_changelog_topic(
@@ -252,16 +294,20 @@ def ensure_changelog_topic(
     *,
     partitions: int,
     config: ChangelogTopicConfig,
+    time: TimeSettings | None = None,
     timeout_s: float = 60,
 ) -> TopicInfo:
-    """Create ``topic`` compacted with ``partitions`` partitions, or validate it if it exists."""
+    """Create ``topic`` compacted with ``partitions`` partitions, or validate it if it exists.
+
+    ``time``: the store in time logging there (its topic settings and checks).
+    """
     from confluent_kafka import KafkaError  # noqa: PLC0415 - optional dependency
 
     new = _admin_api().NewTopic(
         topic,
         num_partitions=partitions,
         replication_factor=config.replication_factor,
-        config=config.topic_configs(),
+        config=config.topic_configs(time),
     )
     try:
         admin.create_topics([new], request_timeout=timeout_s)[topic].result(timeout=timeout_s)
@@ -270,7 +316,9 @@ def ensure_changelog_topic(
         error = exc.args[0] if exc.args else None
         if getattr(error, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise _wrap(f"create topic {topic!r}", exc) from exc
-    return _validated(admin, topic, partitions=partitions, config=config, timeout_s=timeout_s)
+    return _validated(
+        admin, topic, partitions=partitions, config=config, time=time, timeout_s=timeout_s
+    )
 
 
 def ensure_changelog_topics(
@@ -279,9 +327,12 @@ def ensure_changelog_topics(
     *,
     partitions: int,
     config: ChangelogTopicConfig,
+    times: Mapping[str, TimeSettings | None] | None = None,
     timeout_s: float = 60,
 ) -> dict[str, TopicInfo]:
     """Validate every existing topic of ``topics`` first, then create the missing ones.
+
+    ``times`` maps a topic to the store in time logging there (absent: key-value).
 
     A mismatch raises before anything is created: a refused start leaves the
     broker's topic list unchanged.  (A topic created meanwhile by another
@@ -296,21 +347,38 @@ def ensure_changelog_topics(
         for topic in topics
         if topic in metadata.topics and metadata.topics[topic].error is None
     ]
+    times = times or {}
     infos: dict[str, TopicInfo] = {}
     for topic in existing:
         infos[topic] = _validated(
-            admin, topic, partitions=partitions, config=config, timeout_s=timeout_s
+            admin,
+            topic,
+            partitions=partitions,
+            config=config,
+            time=times.get(topic),
+            timeout_s=timeout_s,
         )
     for topic in topics:
         if topic not in infos:
             infos[topic] = ensure_changelog_topic(
-                admin, topic, partitions=partitions, config=config, timeout_s=timeout_s
+                admin,
+                topic,
+                partitions=partitions,
+                config=config,
+                time=times.get(topic),
+                timeout_s=timeout_s,
             )
     return infos
 
 
 def _validated(
-    admin: Any, topic: str, *, partitions: int, config: ChangelogTopicConfig, timeout_s: float
+    admin: Any,
+    topic: str,
+    *,
+    partitions: int,
+    config: ChangelogTopicConfig,
+    time: TimeSettings | None,
+    timeout_s: float,
 ) -> TopicInfo:
     info = topic_info(admin, topic, timeout_s=timeout_s)
     validate_changelog_topic(
@@ -319,6 +387,7 @@ def _validated(
         actual_partitions=info.partitions,
         configs=_topic_configs(admin, topic, timeout_s),
         config=config,
+        time=time,
     )
     return info
 

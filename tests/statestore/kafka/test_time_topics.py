@@ -1,0 +1,103 @@
+"""Changelog topic settings of the stores in time, as Kafka Streams' ``InternalTopicManager`` has them.
+
+Expected values come from Kafka Streams: ``WindowedChangelogTopicConfig`` (retention + the one
+day of ``windowstore.changelog.additional.retention.ms``) and ``VersionedChangelogTopicConfig``
+(``min.compaction.lag.ms`` = history retention + one day), and its validation rules.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from statestore import TimeSettings
+from statestore.kafka import ChangelogTopicConfig, ChangelogTopicMismatchError
+from statestore.kafka.store import KafkaStoreSpec
+from statestore.kafka.topics import validate_changelog_topic
+
+DAY_MS = 86_400_000
+CONFIG = ChangelogTopicConfig()
+WINDOW = TimeSettings.window(window_size_ms=60_000, retention_ms=3_600_000)
+SESSION = TimeSettings.session(retention_ms=7_200_000)
+VERSIONED = TimeSettings.versioned_key_value(history_retention_ms=600_000)
+TIMESTAMPED = TimeSettings.timestamped_key_value()
+
+
+def test_created_topic_settings() -> None:
+    window = CONFIG.topic_configs(WINDOW)
+    assert window["cleanup.policy"] == "compact,delete"
+    assert window["retention.ms"] == str(3_600_000 + DAY_MS)
+    session = CONFIG.topic_configs(SESSION)
+    assert (session["cleanup.policy"], session["retention.ms"]) == (
+        "compact,delete",
+        str(7_200_000 + DAY_MS),
+    )
+    versioned = CONFIG.topic_configs(VERSIONED)
+    assert versioned["cleanup.policy"] == "compact"
+    assert versioned["min.compaction.lag.ms"] == str(600_000 + DAY_MS)
+    assert "retention.ms" not in versioned
+    assert CONFIG.topic_configs(TIMESTAMPED) == CONFIG.topic_configs()
+    assert CONFIG.topic_configs()["cleanup.policy"] == "compact"
+
+
+def check(time: TimeSettings | None, **configs: str) -> None:
+    validate_changelog_topic(
+        "t",
+        partitions=2,
+        actual_partitions=2,
+        configs={"delete.retention.ms": str(CONFIG.delete_retention_ms), **configs},
+        config=CONFIG,
+        time=time,
+    )
+
+
+def refused(time: TimeSettings | None, **configs: str) -> ChangelogTopicMismatchError:
+    with pytest.raises(ChangelogTopicMismatchError) as error:
+        check(time, **configs)
+    return error.value
+
+
+def test_window_and_session_topics() -> None:
+    for time, needed in ((WINDOW, 3_600_000 + DAY_MS), (SESSION, 7_200_000 + DAY_MS)):
+        policy = {"cleanup.policy": "compact,delete"}
+        check(time, **policy, **{"retention.ms": str(needed)})
+        check(time, **policy, **{"retention.ms": str(needed * 2)})
+        check(time, **policy, **{"retention.ms": "-1"})  # infinite
+        check(time, **{"cleanup.policy": "compact", "retention.ms": "1"})  # no deletion by time
+        short = refused(time, **policy, **{"retention.ms": str(needed - 1)})
+        assert (short.setting, short.expected, short.actual) == (
+            "retention.ms",
+            f">= {needed}",
+            str(needed - 1),
+        )
+        by_size = refused(time, **policy, **{"retention.ms": str(needed), "retention.bytes": "10"})
+        assert by_size.setting == "retention.bytes"
+        assert refused(time, **{"cleanup.policy": "delete"}).setting == "cleanup.policy"
+
+
+def test_versioned_topics() -> None:
+    needed = 600_000 + DAY_MS
+    check(VERSIONED, **{"cleanup.policy": "compact", "min.compaction.lag.ms": str(needed)})
+    lag = refused(VERSIONED, **{"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+    assert (lag.setting, lag.expected, lag.actual) == ("min.compaction.lag.ms", f">= {needed}", "0")
+    deleting = refused(
+        VERSIONED, **{"cleanup.policy": "compact,delete", "min.compaction.lag.ms": str(needed)}
+    )
+    assert deleting.setting == "cleanup.policy"
+
+
+@pytest.mark.parametrize("time", [None, TIMESTAMPED])
+def test_key_value_topics_need_compact_only(time: TimeSettings | None) -> None:
+    check(time, **{"cleanup.policy": "compact"})
+    check(time, **{"cleanup.policy": "compact,delete"})  # as a key-value store's topic
+    assert refused(time, **{"cleanup.policy": "delete"}).setting == "cleanup.policy"
+
+
+def test_spec_constructors() -> None:
+    window = KafkaStoreSpec.window("w", window_size_ms=60_000, retention_ms=3_600_000)
+    assert window.time == WINDOW
+    assert window.record_format == "timestamped"
+    assert KafkaStoreSpec.session("s", retention_ms=7_200_000).time == SESSION
+    assert KafkaStoreSpec.session("s", retention_ms=7_200_000).record_format == "plain"
+    assert KafkaStoreSpec.versioned("v", history_retention_ms=600_000).record_format == "versioned"
+    assert KafkaStoreSpec.timestamped("t").time == TIMESTAMPED
+    assert KafkaStoreSpec(name="kv").record_format == "plain"
