@@ -5,7 +5,10 @@ Never checks the numbers: performance is judged by ``python -m benchmarks.cluste
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from benchmarks.cluster_bench import case_eos, case_restore, case_restore_partitions
+from benchmarks.stream_bench import bench
 from scripts.kafka.broker import KafkaBroker
 
 
@@ -15,3 +18,19 @@ def test_cluster_bench_cases_run(cluster: KafkaBroker) -> None:
     rows += case_restore_partitions(cluster.bootstrap_servers, 300, 1)
     assert [r.unit for r in rows] == ["rec/s"] * 5
     assert all(r.value > 0 and r.baseline_value for r in rows)
+
+
+def test_stream_bench_runs_statestore_and_the_floor(cluster: KafkaBroker, tmp_path: Path) -> None:
+    rows, runs = bench(
+        cluster.bootstrap_servers,
+        events=600,
+        keys=50,
+        reps=1,
+        cadences=["100/txn"],
+        cases=[("statestore", "exactly_once_v2"), ("raw", "exactly_once_v2")],
+        quix_python=None,
+        work=tmp_path,
+    )
+    assert [r.unit for r in rows] == ["rec/s", "us/rec"]
+    assert all(r.value > 0 and r.baseline_value for r in rows)
+    assert all(run["records"] > 0 and run["cpu_s"] > 0 for run in runs)

@@ -1,0 +1,312 @@
+"""Processing throughput on a real Kafka 4.4 broker: statestore against the client's floor and Quix.
+
+    python -m benchmarks.stream_bench [--size tiny|quick|full] [--reps N] [--json PATH]
+
+One broker on this machine, one input topic of ``P`` = 6 partitions holding
+``events`` JSON records over ``keys`` keys (random, uniform), one output topic of
+6 partitions.  Every run is a fresh process and a fresh consumer group that reads
+the whole input (:mod:`benchmarks.stream_runners` says what each does):
+
+* **statestore** - the :class:`~statestore.kafka.Processor` runtime with one store
+  of running sums (``BytesSerde`` keys, ``IntSerde`` values), one output per input;
+* **raw** (the floor) - a confluent-kafka consume-produce loop, the same client
+  settings, state in a dict, the same changelog traffic (one record per key changed
+  in a transaction, to partition ``p`` of a compacted topic) and the same outputs;
+  no store, no restore, no rebalance or error handling;
+* **quix** - Quix Streams 3's ``Application`` with a stateful ``apply`` and
+  ``to_topic`` (its own changelog topic and state serialization; run with the
+  interpreter given by ``--quix-python``, a virtualenv of its own because it pins
+  an older confluent-kafka).
+
+Each at ``100`` and ``1000`` records per transaction and with time-based commits
+(every ``1000`` ms), exactly-once, and at-least-once for statestore and the raw
+loop; repetitions interleave every case.  Reported: records/s (wall, from the first
+record processed to the last commit) and client CPU per record (the process's CPU
+time, librdkafka's threads included; the broker's CPU is not counted).  Targets:
+statestore >= 0.8x the floor's records/s, <= 1.3x its CPU per record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._harness import (
+    Result,
+    Target,
+    emit_json,
+    machine_info,
+    median,
+    print_table,
+    scratch_dir,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 6
+
+SIZES = {
+    "tiny": {"events": 5_000, "keys": 500, "reps": 1},
+    "quick": {"events": 100_000, "keys": 10_000, "reps": 1},
+    "full": {"events": 500_000, "keys": 50_000, "reps": 3},
+}
+CADENCES: dict[str, tuple[int, int]] = {
+    "100/txn": (100, 0),
+    "1000/txn": (1000, 0),
+    "1 s commits": (0, 1000),
+}
+"""label -> (records per transaction, 0: time-based; commit interval in ms)."""
+CASES = [
+    ("statestore", "exactly_once_v2"),
+    ("raw", "exactly_once_v2"),
+    ("quix", "exactly_once_v2"),
+    ("statestore", "at_least_once"),
+    ("raw", "at_least_once"),
+]
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def produce_input(bootstrap: str, topic: str, output: str, events: int, keys: int) -> None:
+    """Create the input and output topics and fill the input with ``events`` records."""
+    from confluent_kafka import Producer  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(t, PARTITIONS, 1) for t in (topic, output)]
+    ).values():
+        future.result()
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": "true",
+            "linger.ms": "20",
+            "partitioner": "murmur2_random",
+        }
+    )
+    rng = random.Random(42)
+    names = [f"acct:{i:08d}".encode() for i in range(keys)]
+    for i in range(events):
+        value = json.dumps({"amount": rng.randint(1, 100)}).encode()
+        key = names[rng.randrange(keys)]
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("input records not acknowledged")
+
+
+def run_case(python: str, case: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run one case in a fresh process; its JSON report with the load beside it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [python, "-m", "benchmarks.stream_runners", case, json.dumps(args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{case} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["load_1m"] = os.getloadavg()[0]
+    return report
+
+
+def bench(
+    bootstrap: str,
+    *,
+    events: int,
+    keys: int,
+    reps: int,
+    cadences: list[str],
+    cases: list[tuple[str, str]],
+    quix_python: str | None,
+    work: Path,
+) -> tuple[list[Result], list[dict[str, Any]]]:
+    """Run every case ``reps`` times, interleaved; the table rows and every run's report."""
+    tag = time.monotonic_ns()
+    topic, output = f"events-{tag}", f"totals-{tag}"
+    produce_input(bootstrap, topic, output, events, keys)
+    runs: list[dict[str, Any]] = []
+    for rep in range(reps):
+        for label in cadences:
+            every, interval_ms = CADENCES[label]
+            for case, guarantee in cases:
+                if case == "quix" and quix_python is None:
+                    continue
+                app = f"{case}-{guarantee[:3]}-{every or 't'}-{rep}-{time.monotonic_ns()}"
+                args = {
+                    "bootstrap": bootstrap,
+                    "input": topic,
+                    "output": output,
+                    "app": app,
+                    "events": events,
+                    "guarantee": guarantee,
+                    "commit_every": every,
+                    "commit_interval_ms": interval_ms,
+                    "state_dir": str(work / app),
+                    "partitions": PARTITIONS,
+                }
+                python = quix_python if case == "quix" else sys.executable
+                assert python is not None
+                report = run_case(python, case, args)
+                report.update(case=case, guarantee=guarantee, cadence=label, rep=rep)
+                runs.append(report)
+                print(
+                    f"{label:12} {case:10} {guarantee:16} {report['records'] / report['wall_s']:>10.0f}"
+                    f" rec/s {report['cpu_s'] / report['records'] * 1e6:6.2f} us/rec"
+                    f"  load {report['load_1m']:.1f}",
+                    flush=True,
+                )
+    return _results(runs, cadences), runs
+
+
+def _results(runs: list[dict[str, Any]], cadences: list[str]) -> list[Result]:
+    def pick(case: str, guarantee: str, label: str) -> tuple[list[float], list[float]]:
+        chosen = [
+            r
+            for r in runs
+            if r["case"] == case and r["guarantee"] == guarantee and r["cadence"] == label
+        ]
+        rates = [r["records"] / r["wall_s"] for r in chosen]
+        cpu = [r["cpu_s"] / r["records"] * 1e6 for r in chosen]
+        return rates, cpu
+
+    results = []
+    for label in cadences:
+        for guarantee, short in (("exactly_once_v2", "EOS"), ("at_least_once", "ALO")):
+            ours, ours_cpu = pick("statestore", guarantee, label)
+            floor, floor_cpu = pick("raw", guarantee, label)
+            if not ours or not floor:
+                continue
+            results += [
+                Result(
+                    name=f"{short} statestore, {label}",
+                    value=median(ours),
+                    unit="rec/s",
+                    baseline_name=f"raw confluent-kafka {short} loop (floor)",
+                    baseline_value=median(floor),
+                    target=Target("ratio>=", 0.8),
+                    samples=ours,
+                    baseline_samples=floor,
+                    group="cluster",
+                    cpu_ratio=median(floor_cpu) / median(ours_cpu),
+                ),
+                Result(
+                    name=f"{short} statestore CPU/record, {label}",
+                    value=median(ours_cpu),
+                    unit="us/rec",
+                    baseline_name=f"raw confluent-kafka {short} loop (floor)",
+                    baseline_value=median(floor_cpu),
+                    target=Target("ratio<=", 1.3),
+                    samples=ours_cpu,
+                    baseline_samples=floor_cpu,
+                    group="cluster",
+                ),
+            ]
+            quix, quix_cpu = pick("quix", guarantee, label)
+            if quix:
+                results.append(
+                    Result(
+                        name=f"{short} statestore vs Quix Streams, {label}",
+                        value=median(ours),
+                        unit="rec/s",
+                        baseline_name=f"Quix Streams {short}",
+                        baseline_value=median(quix),
+                        samples=ours,
+                        baseline_samples=quix,
+                        group="cluster",
+                        cpu_ratio=median(quix_cpu) / median(ours_cpu),
+                        note=f"Quix {median(quix_cpu):.1f} us/rec CPU",
+                    )
+                )
+    return results
+
+
+def _default_quix_python() -> str | None:
+    candidate = ROOT / ".cache" / "quix-venv" / "bin" / "python"
+    return str(candidate) if candidate.exists() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start a broker, run the cases, print the table and the JSON line (and ``--json``)."""
+    from benchmarks.cluster_bench import _broker  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stream_bench")
+    parser.add_argument("--size", choices=sorted(SIZES), default="quick")
+    parser.add_argument("--reps", type=int)
+    parser.add_argument("--cadence", action="append", choices=sorted(CADENCES))
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=[f"{c}:{g}" for c, g in CASES],
+        help="only these cases (case:guarantee)",
+    )
+    parser.add_argument(
+        "--quix-python",
+        default=_default_quix_python(),
+        help="interpreter with quixstreams installed (default: .cache/quix-venv, if there)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the JSON report here")
+    args = parser.parse_args(argv)
+    sizes = SIZES[args.size]
+    reps = args.reps or sizes["reps"]
+    cadences = args.cadence or list(CADENCES)
+    cases = [tuple(c.split(":")) for c in args.case] if args.case else CASES
+    uptime_before = _uptime()
+    with scratch_dir("stream-bench") as work:
+        broker = _broker(work / "broker")
+        try:
+            results, runs = bench(
+                broker.bootstrap_servers,
+                events=sizes["events"],
+                keys=sizes["keys"],
+                reps=reps,
+                cadences=cadences,
+                cases=cases,  # type: ignore[arg-type]
+                quix_python=args.quix_python,
+                work=work,
+            )
+        finally:
+            broker.kill()
+    uptime_after = _uptime()
+    print_table(results, title=f"stream_bench ({args.size}, reps={reps}, medians)")
+    print(f"uptime before: {uptime_before}\nuptime after:  {uptime_after}")
+    line = emit_json(
+        "stream",
+        results,
+        extra={
+            "size": args.size,
+            "events": sizes["events"],
+            "keys": sizes["keys"],
+            "partitions": PARTITIONS,
+            "runs": runs,
+            "uptime": [uptime_before, uptime_after],
+            "machine": machine_info(),
+        },
+    )
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(json.loads(line), indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
