@@ -89,6 +89,8 @@ class GroupCommit:
         self._label = label
         self._cond = threading.Condition(threading.Lock())
         self._flushing = False
+        self._waiting = 0
+        """Callers in ``_cond.wait()`` (guarded by ``_cond``)."""
         self._failure: BaseException | None = None
         self._solo = threading.Lock()
         self.sharing = True
@@ -141,7 +143,11 @@ class GroupCommit:
                     self._check(offset)
                     if not self._flushing:
                         break
-                    cond.wait()
+                    self._waiting += 1
+                    try:
+                        cond.wait()
+                    finally:
+                        self._waiting -= 1
                 self._flushing = True
                 self.flushes += 1
             led = True
@@ -155,7 +161,10 @@ class GroupCommit:
                 raise
             with cond:
                 self._flushing = False
-                cond.notify_all()
+                if self._waiting:  # a Condition's notify walks its waiters in Python: skip it
+                    cond.notify_all()
+                if self._durable_offset() >= offset:  # the usual end: this flush covered it
+                    return True
 
     def _sync_alone(self, offset: int) -> bool:
         """``sharing`` off: this caller's own fsync, under a lock of its own."""

@@ -68,8 +68,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-import attrs
-
 from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
@@ -394,12 +392,14 @@ class Log:
         try:
             yield
         except LogStorageError as exc:
-            logger.error(  # noqa: TRY400 - the error is raised to the caller: no traceback here
-                "%s%s: the log failed and is abandoned", self._prefix, exc
-            )
-            self._failure = exc
-            self.abandon()
+            self._fail_storage(exc)
             raise
+
+    def _fail_storage(self, exc: LogStorageError) -> None:
+        """What :meth:`_fatal_on_storage_error` does with the error (the caller re-raises it)."""
+        logger.error("%s%s: the log failed and is abandoned", self._prefix, exc)
+        self._failure = exc
+        self.abandon()
 
     def __repr__(self) -> str:
         """Directory and offsets, for logs."""
@@ -445,10 +445,11 @@ class Log:
         self._check_open()
         stamp = _stamp(self._clock, timestamp_ms, timestamps)
         batch = self._encode(records, stamp, headers, timestamps=timestamps)
+        count = len(records)
         with self.lock:
             self._check_open()
-            info = self._append_locked(batch, len(records), stamp)
-        return self._finish_append(info, defer_flush=defer_flush)
+            placed = self._append_locked(batch, count, stamp)
+        return self._finish_append(placed, count, stamp, len(batch), defer_flush=defer_flush)
 
     def append_transactional(
         self,
@@ -484,8 +485,8 @@ class Log:
                 (producer_id, producer_epoch, sequence),
                 timestamps=timestamps,
             )
-            info = self._append_locked(batch, len(records), stamp, producer_state=True)
-        return self._finish_append(info, defer_flush=defer_flush)
+            placed = self._append_locked(batch, len(records), stamp, producer_state=True)
+        return self._finish_append(placed, len(records), stamp, len(batch), defer_flush=defer_flush)
 
     def append_marker(
         self,
@@ -521,8 +522,8 @@ class Log:
                     timestamp_ms=stamp,
                 )
             )
-            info = self._append_locked(batch, 1, stamp, producer_state=True)
-        return self._finish_append(info, defer_flush=defer_flush)
+            placed = self._append_locked(batch, 1, stamp, producer_state=True)
+        return self._finish_append(placed, 1, stamp, len(batch), defer_flush=defer_flush)
 
     def producer_epoch(self, producer_id: int) -> int | None:
         """The latest epoch of ``producer_id`` in this partition (``None``: never seen)."""
@@ -530,12 +531,45 @@ class Log:
             entry = self._producers.entry(producer_id)
             return None if entry is None else entry.epoch
 
-    def _finish_append(self, info: AppendInfo, *, defer_flush: bool) -> AppendInfo:
-        """A2 outside ``lock``: wait for the group commit when the policy wants it."""
-        if info.flush_due and not defer_flush:
+    def _finish_append(
+        self,
+        placed: tuple[int, int, bool],
+        count: int,
+        stamp: int,
+        size: int,
+        *,
+        defer_flush: bool,
+    ) -> AppendInfo:
+        """A2 outside ``lock``: wait for the group commit when the policy wants it.
+
+        ``placed`` is :meth:`_append_locked`'s ``(first offset, segment base offset,
+        flush due)``; the :class:`AppendInfo` is built once, after the fsync.
+        """
+        first, segment_base, flush_due = placed
+        last = first + count - 1
+        if flush_due and not defer_flush:
             started = time.perf_counter()
-            self._group.sync_to(info.last_offset + 1)
-            info = attrs.evolve(info, flushed=True, flush_time_s=time.perf_counter() - started)
+            self._group.sync_to(last + 1)
+            info = AppendInfo(
+                first_offset=first,
+                last_offset=last,
+                timestamp_ms=stamp,
+                size_bytes=size,
+                segment_base_offset=segment_base,
+                flushed=True,
+                flush_time_s=time.perf_counter() - started,
+                flush_due=True,
+            )
+        else:
+            info = AppendInfo(
+                first_offset=first,
+                last_offset=last,
+                timestamp_ms=stamp,
+                size_bytes=size,
+                segment_base_offset=segment_base,
+                flushed=False,
+                flush_due=flush_due,
+            )
         observer = self._append_observer
         if observer is not None:
             observer(info)
@@ -573,15 +607,19 @@ class Log:
 
     def _append_locked(
         self, batch: bytearray, count: int, stamp: int, *, producer_state: bool = False
-    ) -> AppendInfo:
-        """A1-A2 (and M1-M2 for a marker) under ``lock``; ``batch`` is encoded at base offset 0."""
+    ) -> tuple[int, int, bool]:
+        """A1-A2 (and M1-M2 for a marker) under ``lock``; ``batch`` is encoded at base offset 0.
+
+        Returns ``(first offset, segment base offset, whether the flush policy wants an
+        fsync)``; A2 follows in :meth:`_finish_append`, unlocked.
+        """
         size = len(batch)
         first = self._log_end_offset
         last = first + count - 1
         _BASE_OFFSET.pack_into(batch, 0, first)
         _LEADER_EPOCH.pack_into(batch, _LEADER_EPOCH_POSITION, self._leader_epoch)
         segment = self._segments.active
-        with self._fatal_on_storage_error():
+        try:  # _fatal_on_storage_error, spelled out: this is the hot path
             if segment.should_roll(
                 messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
             ) or self._dirty_roll_due(segment, size):
@@ -590,15 +628,10 @@ class Log:
             self._log_end_offset = last + 1
             if producer_state:
                 self._update_producer_state(segment, bytes(batch))
-        return AppendInfo(
-            first_offset=first,
-            last_offset=last,
-            timestamp_ms=stamp,
-            size_bytes=size,
-            segment_base_offset=segment.base_offset,
-            flushed=False,
-            flush_due=self._rp.appended(count),  # A2 follows in _finish_append, unlocked
-        )
+        except LogStorageError as exc:
+            self._fail_storage(exc)
+            raise
+        return first, segment.base_offset, self._rp.appended(count)
 
     def _dirty_roll_due(self, segment: LogSegment, size: int) -> bool:
         """``roll_dirty_ratio``: the active segment would pass ``max(roll_dirty_min_bytes,
@@ -701,8 +734,11 @@ class Log:
             fd = segment.pin_log()
             truncations = self._truncations
             self._rp.flushing()
-        with self._fatal_on_storage_error():
+        try:  # _fatal_on_storage_error, spelled out: this is the hot path
             segment.flush_pinned(fd)  # A2
+        except LogStorageError as exc:
+            self._fail_storage(exc)
+            raise
         with self.lock:
             self._check_open()
             if truncations == self._truncations:

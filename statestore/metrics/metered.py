@@ -387,6 +387,13 @@ class MeteredParticipant:
         self._count(count, started)
         return count
 
+    def commit_alone(self) -> int:
+        """A one-partition commit with group commit, counted and timed (lock wait included)."""
+        started = time.perf_counter()
+        count = self._inner.commit_alone()
+        self._count(count, started)
+        return count
+
     def append_transactional(
         self, records: Records, *, producer_id: int, producer_epoch: int
     ) -> AppendInfo:

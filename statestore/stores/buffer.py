@@ -225,13 +225,42 @@ class WriteBuffer:
     def commit(self) -> int:
         """Commit this partition alone (one batch) under :attr:`commit_lock`; returns the count.
 
-        The one-partition path of the coordinator
-        (:class:`~statestore.txn.coordinator.TransactionCoordinator`), for tests
-        and tools that hold a bare buffer; stores commit through the coordinator.
+        For tests and tools that hold a bare buffer; stores commit through the
+        coordinator (:meth:`commit_alone`).
         """
         with self.commit_lock:
             records = self.take()
             return self.write(records) if records else 0
+
+    def commit_alone(self) -> int:
+        """The one-partition commit with group commit (the coordinator's path for one partition).
+
+        Refuses a failed partition (nothing of it is acknowledged any more);
+        returns 0 with nothing pending.  Otherwise waits for
+        :attr:`commit_lock` in arrival order, or returns 0 at once when a
+        commit that took this thread's writes succeeded meanwhile
+        (:meth:`CommitLock.acquire_for_commit`: they are durable); then
+        :meth:`take` and :meth:`write`, one batch, one fsync.  One frame for
+        what the coordinator would otherwise ask through five calls.
+        """
+        if self._inner.failed:  # an earlier commit failed after its append
+            raise CommitFailedError(
+                self._inner.store,
+                self._inner.partition,
+                written=True,
+                detail="the partition failed",
+            )
+        if not self._pending:
+            return 0
+        lock = self.commit_lock
+        if not lock.acquire_for_commit():
+            return 0  # a commit that took these writes has succeeded: durable, nothing to do
+        try:
+            self._take = lock.next_take()  # numbered before the copy: see CommitLock
+            records = self._pending.copy()
+            return self.write(records) if records else 0
+        finally:
+            lock.release()
 
     # ------------------------------------------------- the Participant protocol
 

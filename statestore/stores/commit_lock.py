@@ -83,6 +83,26 @@ class CommitLock:
             return False
         return True
 
+    def acquire_for_commit(self) -> bool:
+        """:meth:`ticket` then :meth:`acquire_unless_covered` with it, in one step.
+
+        For a committer whose writes are buffered: ``True`` with the lock held,
+        ``False`` (lock not held) once a take that includes those writes committed.
+        """
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return True
+            ticket = self._taken + 1
+            gate = threading.Lock()
+            gate.acquire()
+            self._waiters.append(gate)
+        gate.acquire()  # opened by the release that hands the lock to this thread
+        if self._committed >= ticket:
+            self.release()  # covered while waiting: pass the lock on
+            return False
+        return True
+
     def ticket(self) -> int:
         """The number the next take will have (ask after buffering the writes to cover)."""
         with self._mutex:

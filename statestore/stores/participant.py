@@ -76,6 +76,12 @@ class Participant(Protocol):
         """The one-partition commit: one ordinary batch, then RocksDB; returns the count."""
         ...
 
+    def commit_alone(self) -> int:
+        """A commit of this partition alone: its commit lock (group commit), :meth:`take`,
+        :meth:`write`; returns the records committed (0: nothing pending, or carried by another
+        thread's commit, durable).  A failed partition raises ``CommitFailedError``."""
+        ...
+
     def append_transactional(
         self, records: Records, *, producer_id: int, producer_epoch: int
     ) -> AppendInfo:

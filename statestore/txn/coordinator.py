@@ -148,7 +148,6 @@ from changelog.log import wall_clock_ms
 from changelog.log_dir import parse_topic_partition, peek_batch_headers
 from changelog.record.control import ControlRecordType
 from statestore.errors import (
-    CommitFailedError,
     TransactionCoordinatorError,
     TransactionStateMissingError,
 )
@@ -461,22 +460,7 @@ class TransactionCoordinator:
         """
         self._check_usable()
         if len(participants) == 1:  # one partition (every one-partition store): no transaction
-            member = participants[0]
-            if member.failed:  # an earlier commit failed after its append: nothing is acknowledged
-                raise CommitFailedError(
-                    member.store, member.partition, written=True, detail="the partition failed"
-                )
-            if not member.pending_count:
-                return 0
-            lock = member.commit_lock
-            ticket = lock.ticket()  # group commit: another commit may carry these writes
-            if not lock.acquire_unless_covered(ticket):
-                return 0  # a commit that took them has succeeded: durable, nothing to do
-            try:
-                records = member.take()
-                return member.write(records) if records else 0
-            finally:
-                lock.release()
+            return participants[0].commit_alone()  # group commit: the lock, take, write
         chosen: dict[int, Participant] = {}
         for member in participants:
             if member.pending_count:
