@@ -26,6 +26,7 @@ from statestore import SerializationError
 from statestore.aio import AsyncStore, AsyncStoreTransaction
 
 __all__ = [
+    "MAX_FIELDS",
     "STORE_NAME",
     "AlreadyExistsError",
     "BadRequestError",
@@ -33,6 +34,8 @@ __all__ = [
     "Profile",
     "ProfileError",
     "ProfileService",
+    "check_fields",
+    "check_user_id",
 ]
 
 STORE_NAME: Final = "user-profiles"
@@ -100,7 +103,9 @@ def check_user_id(user_id: object) -> str:
     return user_id
 
 
-def _check_fields(fields: object, *, allow_null: bool) -> dict[str, Any]:
+def check_fields(fields: object, *, allow_null: bool) -> dict[str, Any]:
+    """``fields`` as a dict if every name and value is allowed (``None`` only with ``allow_null``:
+    a PATCH removing a field), else BadRequestError."""
     if not isinstance(fields, Mapping):
         raise BadRequestError("profile fields must be a JSON object")
     if len(fields) > MAX_FIELDS:
@@ -136,7 +141,7 @@ class ProfileService:
     async def create(self, user_id: str, fields: object) -> Profile:
         """Create a profile; AlreadyExistsError if there is one."""
         check_user_id(user_id)
-        checked = _check_fields(fields, allow_null=False)
+        checked = check_fields(fields, allow_null=False)
         async with _transaction(self._store) as tx:
             if await tx.get(user_id) is not None:
                 raise AlreadyExistsError(f"user {user_id!r} already has a profile")
@@ -148,7 +153,7 @@ class ProfileService:
     async def replace(self, user_id: str, fields: object) -> tuple[Profile, bool]:
         """Create or replace every field; returns the profile and whether it was created."""
         check_user_id(user_id)
-        checked = _check_fields(fields, allow_null=False)
+        checked = check_fields(fields, allow_null=False)
         async with _transaction(self._store) as tx:
             old = await tx.get(user_id)
             now = self._clock_ms()
@@ -162,7 +167,7 @@ class ProfileService:
     async def update(self, user_id: str, changes: object) -> Profile:
         """Merge ``changes`` into the fields (``None`` removes a field); NotFoundError if absent."""
         check_user_id(user_id)
-        checked = _check_fields(changes, allow_null=True)
+        checked = check_fields(changes, allow_null=True)
         async with _transaction(self._store) as tx:
             old = await tx.get(user_id)
             if old is None:

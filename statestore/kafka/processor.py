@@ -950,6 +950,14 @@ class Processor:
                 logger.info("query metadata not refreshed: %s", exc)
             else:
                 self._queries.publish_view(view)
+            try:
+                self._queries.refresh_stable(
+                    self._admin,
+                    {name: info.name for name, info in self._topics.items()},
+                    self._standby,
+                )
+            except KafkaClientError as exc:  # the standbys' lag stays as it was; retried
+                logger.info("standby end offsets not refreshed: %s", exc)
         active = {
             name: {task.partition: task.stores[name].store.reader() for task in self._running()}
             for name in self._specs
@@ -970,6 +978,11 @@ class Processor:
     def metadata_for_partition(self, store: str, partition: int) -> KeyQueryMetadata:
         """The active owner and the standbys of ``partition`` of ``store``.  Thread-safe."""
         return self._queries.metadata_for_partition(store, partition)
+
+    def local_partitions(self, store: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(active, standby)`` partitions of ``store`` that :meth:`query` answers here, as of
+        the last poll.  Thread-safe."""
+        return self._queries.local_partitions(store)
 
     def query(
         self,

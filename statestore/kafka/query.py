@@ -33,13 +33,18 @@ for the processor runtime:
   (``max_lag_records`` and/or ``max_staleness_ms``); one outside its bound
   raises :class:`~statestore.kafka.errors.StandbyTooStaleError`.
 
-Lag of a standby: ``offset_lag`` is the changelog's high watermark (as its
-consumer last fetched it) minus the standby's position; ``caught_up_ms`` is the
-last wall-clock time it was seen with no lag, so ``staleness_ms`` at a read is
-``now - caught_up_ms`` (``None``: never caught up).  The watermark is itself
-as old as the last fetch, so a standby reported caught up may miss the
-commits of the last fetch interval (``fetch.wait.max.ms``, 500 ms); the
-staleness bound covers that, the record bound alone does not.
+Lag of a standby: the end of a changelog partition, for a ``read_committed``
+reader, is its **last stable offset** (every transaction committed before it
+lies below; Kafka's ``endOffsets`` under ``read_committed``), which the
+processor asks the broker for every ``query_metadata_refresh_ms``
+(:meth:`InteractiveQueries.refresh_stable`, one ``list_offsets`` request).
+``offset_lag`` is that end minus the standby's position; ``caught_up_ms`` is
+the time the request for the newest end the standby has reached was *sent*,
+so the standby holds every transaction that committed before
+``caught_up_ms``, and ``staleness_ms`` at a read (``now - caught_up_ms``) is
+a true bound: nothing committed longer ago than that is missing.  (``None``:
+never caught up.)  The staleness of a caught-up standby is therefore at
+least the age of the last request, up to ``query_metadata_refresh_ms``.
 
 Thread-safety: :class:`InteractiveQueries` is thread-safe: the processor's
 thread publishes immutable snapshots (:meth:`InteractiveQueries.publish_view`,
@@ -61,6 +66,7 @@ import attrs
 from statestore.errors import InvalidStateStoreError, SerializationError
 from statestore.kafka.endpoint import HostInfo, parse_client_id
 from statestore.kafka.errors import NotOwnerError, StandbyTooStaleError
+from statestore.kafka.topics import last_stable_offsets
 from statestore.partitioner import partition_for
 from statestore.serdes import Serde
 from statestore.stores.reader import StoreReader
@@ -279,7 +285,11 @@ class InteractiveQueries:
         ] = {}
         """Processor's thread only: the reader of each standby engine."""
         self._caught_up: dict[tuple[str, int], int] = {}
-        """Processor's thread only: when each standby was last seen with no lag."""
+        """Processor's thread only: the newest ``stable_at_ms`` each standby had reached."""
+        self._stable: dict[tuple[str, int], int] = {}
+        """Processor's thread only: last stable offsets of the standbys' changelog partitions."""
+        self._stable_at_ms = 0
+        """When ``_stable`` was asked for (wall clock, before the request)."""
 
     @property
     def endpoint(self) -> HostInfo | None:
@@ -306,6 +316,30 @@ class InteractiveQueries:
         with self._lock:
             self._local = local
 
+    def local_partitions(self, store: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(active, standby)``: the partitions of ``store`` this process answers for now."""
+        local = self._local
+        return (
+            tuple(sorted(local.active.get(store, {}))),
+            tuple(sorted(local.standby.get(store, {}))),
+        )
+
+    def refresh_stable(
+        self, admin: Any, topics: Mapping[str, str], standbys: StandbyTasks | None
+    ) -> None:
+        """Ask the broker for the last stable offset of every standby partition (processor's
+        thread, every ``query_metadata_refresh_ms``): the end a standby is measured against."""
+        partitions = [] if standbys is None else sorted(standbys.partitions)
+        if not partitions:
+            self._stable = {}
+            return
+        at_ms = self._wall_clock_ms()
+        stable = {}
+        for name, topic in topics.items():
+            for p, offset in last_stable_offsets(admin, topic, partitions).items():
+                stable[(name, p)] = offset
+        self._stable, self._stable_at_ms = stable, at_ms
+
     def refresh_local(
         self,
         active: Mapping[str, Mapping[int, StoreReader[Any, Any]]],
@@ -315,10 +349,9 @@ class InteractiveQueries:
         """Publish ``active`` (running partitions' readers) and every standby with its lag now.
 
         Processor's thread, once per poll.  A standby's reader is built once per
-        engine it opened; its ``caught_up_ms`` is the last refresh that saw it
-        at the high watermark.
+        engine it opened; it is caught up when its position reached the last
+        stable offset of :meth:`refresh_stable`, as of that request's time.
         """
-        now_ms = self._wall_clock_ms()
         standby: dict[str, dict[int, tuple[StoreReader[Any, Any], LagInfo]]] = {}
         kept: dict[tuple[str, int], tuple[RocksDBEngine, StoreReader[Any, Any]]] = {}
         partitions = () if standbys is None else sorted(standbys.partitions)
@@ -340,10 +373,16 @@ class InteractiveQueries:
                     )
                     cached = (engine, reader)
                 kept[(name, p)] = cached
-                position, end = offsets
-                lag_records = max(0, end - position)
-                if lag_records == 0:
-                    self._caught_up[(name, p)] = now_ms
+                position, high = offsets
+                stable = self._stable.get((name, p))
+                if stable is None:  # no stable offset yet: the fetched high watermark, never fresh
+                    end, lag_records = high, max(0, high - position)
+                else:
+                    end, lag_records = stable, max(0, stable - position)
+                    if lag_records == 0:
+                        self._caught_up[(name, p)] = max(
+                            self._caught_up.get((name, p), 0), self._stable_at_ms
+                        )
                 lag = LagInfo(
                     current_offset=position,
                     end_offset=end,

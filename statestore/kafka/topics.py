@@ -54,6 +54,7 @@ __all__ = [
     "check_topic_rights",
     "ensure_changelog_topic",
     "ensure_changelog_topics",
+    "last_stable_offsets",
     "partition_counts",
     "topic_info",
     "validate_changelog_topic",
@@ -423,3 +424,25 @@ def watermarks(
         except Exception as exc:
             raise _wrap(f"list offsets of {topic!r}", exc) from exc
     return {p: (low, high) for p, (low, high) in result.items()}
+
+
+def last_stable_offsets(
+    admin: Any, topic: str, partitions: Iterable[int], *, timeout_s: float = 10
+) -> dict[int, int]:
+    """``partition -> last stable offset``: the end a ``read_committed`` reader can reach now
+    (every transaction committed before the call lies below it; an open one does not)."""
+    from confluent_kafka import IsolationLevel, TopicPartition  # noqa: PLC0415
+
+    offset_spec = _admin_api().OffsetSpec
+    request = {TopicPartition(topic, p): offset_spec.latest() for p in partitions}
+    if not request:
+        return {}
+    try:
+        futures = admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+        )
+        return {
+            tp.partition: future.result(timeout=timeout_s).offset for tp, future in futures.items()
+        }
+    except Exception as exc:
+        raise _wrap(f"list stable offsets of {topic!r}", exc) from exc

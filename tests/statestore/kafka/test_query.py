@@ -376,11 +376,20 @@ def test_a_standby_answers_only_within_the_callers_bound(tmp_path: Path) -> None
             )
         )
         values = {"visits": IntSerde()}
-        standbys.positions[("visits", partition)] = (10, 10)  # caught up now
-        queries.refresh_local({}, standbys, values)  # type: ignore[arg-type]
+        cluster = FakeCluster()
+        cluster.create("changelog", PARTITIONS)
+        admin = cluster.clients().admin({})
+        topics = {"visits": "changelog"}
+
+        def refresh(position: int, stable: int) -> None:
+            cluster.ends[("changelog", partition)] = stable  # committed end (LSO)
+            standbys.positions[("visits", partition)] = (position, stable + 1)  # HW: open txn
+            queries.refresh_stable(admin, topics, standbys)  # type: ignore[arg-type]
+            queries.refresh_local({}, standbys, values)  # type: ignore[arg-type]
+
+        refresh(10, 10)  # caught up with what was committed at 1_000_000
         clock[0] += 300
-        standbys.positions[("visits", partition)] = (10, 14)  # 4 behind since
-        queries.refresh_local({}, standbys, values)  # type: ignore[arg-type]
+        refresh(10, 14)  # 4 committed since: caught up 300 ms ago
 
         with pytest.raises(NotOwnerError) as unbounded:  # no bound given: standbys not read
             queries.get("visits", key)
@@ -401,10 +410,11 @@ def test_a_standby_answers_only_within_the_callers_bound(tmp_path: Path) -> None
             queries.get("visits", key, max_lag_records=100, max_staleness_ms=299)
         assert (stale.value.staleness_ms, stale.value.max_staleness_ms) == (300, 299)
 
-        standbys.positions[("visits", partition)] = (14, 14)  # caught up again
         clock[0] += 50
-        queries.refresh_local({}, standbys, values)  # type: ignore[arg-type]
+        refresh(14, 14)  # caught up again
         assert queries.get("visits", key, max_lag_records=0, max_staleness_ms=0).staleness_ms == 0
+        clock[0] += 20  # no refresh since: the claim ages
+        assert queries.get("visits", key, max_lag_records=0).staleness_ms == 20
     finally:
         engine.close()
 
@@ -418,14 +428,21 @@ def test_a_standby_never_caught_up_has_no_staleness_and_fails_a_time_bound(
     engine = RocksDBEngine.open(tmp_path / "standby", config=RocksDBConfig(), cache=None)
     try:
         standbys = _Standbys({("visits", p): engine for p in range(1)})
-        standbys.positions[("visits", 0)] = (0, 50)
+        standbys.positions[("visits", 0)] = (50, 50)  # at the high watermark
         queries.publish_view(
             GroupView.of((_member("b", 9090, 0),), partitions=1, replicas=1, fetched_ms=5)
         )
+        # no stable offset asked for yet: measured against the high watermark, never fresh
+        queries.refresh_local({}, standbys, {"visits": IntSerde()})  # type: ignore[arg-type]
+        assert queries.get("visits", "k", max_lag_records=0).lag.caught_up_ms is None
+        cluster = FakeCluster()
+        cluster.create("changelog", 1)
+        cluster.ends[("changelog", 0)] = 80
+        queries.refresh_stable(cluster.clients().admin({}), {"visits": "changelog"}, standbys)  # type: ignore[arg-type]
         queries.refresh_local({}, standbys, {"visits": IntSerde()})  # type: ignore[arg-type]
         with pytest.raises(StandbyTooStaleError) as caught:
             queries.get("visits", "k", max_staleness_ms=1_000_000)
         assert caught.value.staleness_ms is None
-        assert queries.get("visits", "k", max_lag_records=50).value is None
+        assert queries.get("visits", "k", max_lag_records=30).lag.offset_lag == 30
     finally:
         engine.close()

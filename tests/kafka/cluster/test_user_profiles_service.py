@@ -1,0 +1,361 @@
+"""The distributed user-profile service on the broker: three uvicorn processes, httpx clients.
+
+Every request goes to a random instance (no load balancer); an instance that
+does not own the key proxies it to the owner (``examples.user_profiles.routing``).
+Writers each own a set of users and write them one request at a time, so a
+user's writes are ordered and every attempt is known: ``seq`` counts a user's
+attempts, and a write sets ``x`` and ``y`` to its ``seq`` (a half-applied
+write would show them apart).  The checks:
+
+* **acknowledged writes survive**: at the end, each user's ``seq`` is its last
+  acknowledged one or a later attempt that got no 2xx (a write that was not
+  acknowledged may still have taken effect);
+* **routed reads are correct**: a read served by the owner shows at least the
+  ``seq`` of every write acknowledged before the read was sent, and nothing
+  that was not attempted before it returned;
+* **standby reads stay within their declared staleness**: a read served by a
+  standby says how stale it is (``X-Statestore-Staleness-Ms``), at most the
+  bound asked for, and shows every write acknowledged before *send time
+  minus that staleness*;
+* after a ``kill -9`` of one instance under that load, **how long until every
+  key is answerable** again, for reads and for writes (printed, bounded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+
+from scripts.kafka.broker import KafkaBroker, free_port
+from statestore.partitioner import partition_for
+
+REPO = Path(__file__).resolve().parents[3]
+PARTITIONS = 6
+USERS = [f"user-{n:02d}" for n in range(36)]
+WRITERS = 6
+READERS = 4
+STALE_BOUND_MS = 3000
+"""The ``max_staleness_ms`` half of the reads ask for (a standby may answer them)."""
+CLOCK_SLACK_S = 0.01
+"""Wall-clock rounding between the client's and the server's millisecond stamps."""
+
+
+class Instance:
+    """One service process and its stdout (a reader thread waits for ``listening on``)."""
+
+    def __init__(self, name: str, port: int, argv: list[str], log: Path) -> None:
+        self.name = name
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            start_new_session=True,
+        )
+        self.listening = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("listening on"):
+                self.listening.set()
+
+    def kill9(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self._reader.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+
+
+@pytest.fixture
+def instances(cluster: KafkaBroker, tmp_path: Path) -> Iterator[list[Instance]]:
+    started = []
+    for n in range(3):
+        port = free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "examples.user_profiles.cluster",
+            "--bootstrap",
+            cluster.bootstrap_servers,
+            "--app",
+            "profiles-kill9",
+            "--instance",
+            f"i{n}",
+            "--state-dir",
+            str(tmp_path / f"state-i{n}"),
+            "--port",
+            str(port),
+            "--partitions",
+            str(PARTITIONS),
+            "--standbys",
+            "1",
+        ]
+        started.append(Instance(f"i{n}", port, argv, tmp_path / f"i{n}.stderr"))
+    try:
+        for instance in started:
+            assert instance.listening.wait(120), f"{instance.name} did not start"
+        yield started
+    finally:
+        for instance in started:
+            instance.stop()
+
+
+@attrs.define
+class Attempt:
+    user: str
+    seq: int
+    sent: float
+    done: float = 0.0
+    status: int | None = None
+
+
+@attrs.define
+class Model:
+    """Every write attempt, by user, in order; and what the checks found."""
+
+    attempts: dict[str, list[Attempt]] = attrs.field(factory=lambda: {u: [] for u in USERS})
+    violations: list[str] = attrs.field(factory=list)
+    reads: dict[str, int] = attrs.field(factory=dict)
+    worst_margin_s: float = float("inf")
+
+    def acked_before(self, user: str, moment: float) -> int:
+        acked = [a.seq for a in self.attempts[user] if _ok(a.status) and a.done < moment]
+        return max(acked, default=0)
+
+    def started_before(self, user: str, moment: float) -> int:
+        return max((a.seq for a in self.attempts[user] if a.sent < moment), default=0)
+
+
+def _ok(status: int | None) -> bool:
+    return status is not None and 200 <= status < 300
+
+
+async def _writer(
+    http: httpx.AsyncClient, model: Model, users: list[str], targets: list[Instance], stop: Any
+) -> None:
+    while not stop.is_set():
+        user = random.choice(users)
+        history = model.attempts[user]
+        seq = len(history) + 1
+        attempt = Attempt(user=user, seq=seq, sent=time.time())
+        history.append(attempt)
+        target = random.choice(targets)
+        try:
+            answer = await http.put(f"{target.url}/users/{user}", json={"x": seq, "y": seq})
+            attempt.status = answer.status_code
+            if _ok(answer.status_code):
+                fields = answer.json()["fields"]
+                if fields != {"x": seq, "y": seq}:
+                    model.violations.append(f"{user} write {seq} answered {fields}")
+        except httpx.HTTPError:
+            attempt.status = None
+        attempt.done = time.time()
+
+
+async def _reader(
+    http: httpx.AsyncClient, model: Model, targets: list[Instance], stop: Any
+) -> None:
+    while not stop.is_set():
+        user = random.choice(USERS)
+        bounded = random.random() < 0.5
+        query = f"?max_staleness_ms={STALE_BOUND_MS}" if bounded else ""
+        sent = time.time()
+        try:
+            answer = await http.get(f"{random.choice(targets).url}/users/{user}{query}")
+        except httpx.HTTPError:
+            continue
+        done = time.time()
+        role = answer.headers.get("x-statestore-role", "")
+        if answer.status_code not in (200, 404):
+            model.reads["refused"] = model.reads.get("refused", 0) + 1
+            continue
+        model.reads[role] = model.reads.get(role, 0) + 1
+        seq = 0
+        if answer.status_code == 200:
+            fields = answer.json()["fields"]
+            seq = fields["x"]
+            if fields["y"] != seq:
+                model.violations.append(f"{user}: half-applied {fields}")
+        if seq > model.started_before(user, done):
+            model.violations.append(f"{user}: read {seq}, never written before the read ended")
+        if role == "active":
+            floor = model.acked_before(user, sent)
+            if seq < floor:
+                model.violations.append(f"{user}: owner read {seq} after ack of {floor}")
+        elif role == "standby":
+            staleness_s = int(answer.headers["x-statestore-staleness-ms"]) / 1000
+            if staleness_s * 1000 > STALE_BOUND_MS:
+                model.violations.append(f"{user}: standby staleness {staleness_s}s over the bound")
+            floor = model.acked_before(user, sent - staleness_s - CLOCK_SLACK_S)
+            if seq < floor:
+                model.violations.append(
+                    f"{user}: standby read {seq} declared {staleness_s}s stale, but {floor} was"
+                    f" acknowledged before that"
+                )
+            newer = [
+                a.done
+                for a in model.attempts[user]
+                if _ok(a.status) and a.seq > seq and a.done < sent
+            ]
+            if newer:  # how close the standby came to its claim
+                model.worst_margin_s = min(model.worst_margin_s, sent - staleness_s - min(newer))
+        else:
+            model.violations.append(f"{user}: answer without a role ({answer.status_code})")
+
+
+async def _wait_balanced(
+    http: httpx.AsyncClient, targets: list[Instance], timeout_s: float
+) -> None:
+    """Until every instance runs its share of the partitions, unchanged for 2 s."""
+    deadline = time.monotonic() + timeout_s
+    share = PARTITIONS // len(targets)
+    stable_since, last = time.monotonic(), None
+    while True:
+        seen: list[list[int]] = []
+        with contextlib.suppress(httpx.HTTPError):
+            for target in targets:
+                seen.append((await http.get(f"{target.url}/health")).json()["active"])
+        if seen != last:
+            stable_since, last = time.monotonic(), seen
+        spread = len(seen) == len(targets) and all(len(active) == share for active in seen)
+        if spread and time.monotonic() - stable_since >= 2:
+            return
+        assert time.monotonic() < deadline, f"partitions not spread in {timeout_s}s: {seen}"
+        await asyncio.sleep(0.2)
+
+
+async def _answerable(
+    http: httpx.AsyncClient, targets: list[Instance], users: dict[int, str], method: str
+) -> bool:
+    """Whether one request per partition, each to a random live instance, is answered 2xx."""
+    for partition, user in users.items():
+        target = random.choice(targets)
+        try:
+            if method == "GET":
+                answer = await http.get(f"{target.url}/users/{user}")
+                good = answer.status_code == 200
+            else:
+                answer = await http.put(f"{target.url}/users/{user}", json={"probe": partition})
+                good = _ok(answer.status_code)
+        except httpx.HTTPError:
+            return False
+        if not good:
+            return False
+    return True
+
+
+async def _scenario(instances: list[Instance]) -> dict[str, Any]:
+    model = Model()
+    limits = httpx.Limits(max_connections=64)
+    async with httpx.AsyncClient(timeout=30.0, limits=limits) as http:
+        await _wait_balanced(http, instances, timeout_s=120)
+        probes = {}  # one probe user per partition, outside the writers' users
+        n = 0
+        while len(probes) < PARTITIONS:
+            user = f"probe-{n}"
+            probes.setdefault(partition_for(user.encode(), PARTITIONS), user)
+            n += 1
+        for user in probes.values():  # created before the kill: a read must find them
+            answer = await http.put(f"{instances[0].url}/users/{user}", json={"probe": -1})
+            assert _ok(answer.status_code), answer.text  # the group is stable
+        stop = asyncio.Event()
+        tasks = [
+            asyncio.create_task(_writer(http, model, USERS[w::WRITERS], instances, stop))
+            for w in range(WRITERS)
+        ] + [asyncio.create_task(_reader(http, model, instances, stop)) for _ in range(READERS)]
+        await asyncio.sleep(8)
+        before = dict(model.reads)
+        acked_before_kill = sum(_ok(a.status) for h in model.attempts.values() for a in h)
+
+        victim = instances[1]
+        victim.kill9()
+        killed = time.monotonic()
+        live = [i for i in instances if i is not victim]
+        recovered: dict[str, float] = {}
+        while len(recovered) < 2:
+            for method in ("GET", "PUT"):
+                if method not in recovered and await _answerable(http, live, probes, method):
+                    recovered[method] = time.monotonic() - killed
+            assert time.monotonic() - killed < 150, f"not answerable in 150 s: {recovered}"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(4)  # load on the new owners
+        stop.set()
+        await asyncio.gather(*tasks)
+
+        final: dict[str, int] = {}
+        for user in USERS:
+            seen = set()
+            for target in live:
+                answer = await http.get(f"{target.url}/users/{user}")
+                assert answer.status_code in (200, 404), answer.text
+                seen.add(answer.json()["fields"]["x"] if answer.status_code == 200 else 0)
+            assert len(seen) == 1, f"{user}: the instances disagree: {seen}"
+            final[user] = seen.pop()
+    return {
+        "model": model,
+        "final": final,
+        "recovered": recovered,
+        "reads_before_kill": before,
+        "acked_before_kill": acked_before_kill,
+    }
+
+
+def test_kill_9_of_one_of_three_instances_under_load(instances: list[Instance]) -> None:
+    outcome = asyncio.run(_scenario(instances))
+    model: Model = outcome["model"]
+    final: dict[str, int] = outcome["final"]
+    acked = 0
+    for user, history in model.attempts.items():
+        last = max((a.seq for a in history if _ok(a.status)), default=0)
+        acked += sum(_ok(a.status) for a in history)
+        unacked_after = {a.seq for a in history if a.seq > last and not _ok(a.status)}
+        assert final[user] == last or final[user] in unacked_after, (
+            f"{user}: final seq {final[user]}, last acknowledged {last}, unacknowledged after it"
+            f" {sorted(unacked_after)}"
+        )
+    recovered = outcome["recovered"]
+    print(
+        f"\nacknowledged writes: {acked} ({outcome['acked_before_kill']} before the kill);"
+        f" reads: {model.reads} (before the kill {outcome['reads_before_kill']});"
+        f" every key readable {recovered['GET']:.2f}s and writable {recovered['PUT']:.2f}s"
+        f" after the kill -9; closest standby margin {model.worst_margin_s:.3f}s"
+    )
+    assert not model.violations, model.violations[:10]
+    assert outcome["acked_before_kill"] > 0
+    assert acked > outcome["acked_before_kill"]  # writes acknowledged after the kill too
+    assert model.reads.get("standby", 0) > 0, "no read was served by a standby"
+    assert model.reads.get("active", 0) > 0
