@@ -35,8 +35,9 @@ batch for one partition, one transaction of the coordinator for several,
 :mod:`statestore.txn.coordinator`), covering every transaction accepted before
 it began; transactions accepted while it runs go to the next round.  N
 concurrent transactions therefore share about one fsync per round, and the
-fsync never runs on the event loop (the loop only puts accepted writes into
-the buffers, microseconds per record).
+fsync never runs on the event loop (the loop serializes a transaction's writes,
+``SCAN_CHUNK`` at a time with a turn of the loop between parts, and puts them
+into the buffers in one step).
 
 **Errors** are the synchronous API's typed errors
 (:class:`~statestore.errors.StateStoreError` subclasses).  When a round fails,
@@ -53,7 +54,9 @@ transaction (nothing of it is written).  Cancelling the ``async with`` exit
 while it awaits the commit, or an ``await store.put(...)``, does **not**
 cancel the commit: the transaction was accepted and will be committed (or
 fail) like any other.  The caller finds out with :attr:`AsyncTransaction.state`
-or ``await tx.wait()`` (itself cancellable; the outcome is kept).
+or ``await tx.wait()`` (itself cancellable; the outcome is kept).  A cancel
+while a large transaction is still being serialized (before it is accepted)
+aborts it.
 
 **Reads on the loop.**  Point reads run on the event loop: a RocksDB lookup
 from the block cache or memtable takes microseconds; one that misses reads one
@@ -274,7 +277,7 @@ class AsyncStateManager:
         while self._rounds is not None and not self._rounds.done():
             await asyncio.shield(self._rounds)
         await asyncio.to_thread(self._manager.close)
-        self._committer.shutdown(wait=True)
+        await asyncio.to_thread(self._committer.shutdown, wait=True)  # a join: not on the loop
 
     async def __aenter__(self) -> AsyncStateManager:
         """The manager itself."""
@@ -481,20 +484,53 @@ class AsyncTransaction:
         self._require_open("commit")
         await self.begin()
         try:
-            self._accept()
+            encoded = await self._encode()
+            self._accept(encoded)
         finally:
             self._release()
         await self.wait()
 
-    def _accept(self) -> None:
-        """OPEN -> ACCEPTED: the writes into the stores' buffers, all or nothing; on the loop."""
-        written: list[AsyncStore[Any, Any]] = []
+    async def _encode(self) -> list[tuple[AsyncStore[Any, Any], list[tuple[bytes, bytes | None]]]]:
+        """The writes serialized, per store, ``SCAN_CHUNK`` records per turn of the loop.
+
+        Nothing is buffered yet, so a cancel (the transaction is aborted) or a
+        bad key or value (it fails) leaves every store as it was.
+        """
+        encoded: list[tuple[AsyncStore[Any, Any], list[tuple[bytes, bytes | None]]]] = []
         try:
             for store in self.stores:
                 writes = self._writes[store.name]
-                if writes:
-                    store.sync.put_all(writes.items())  # all of a store's or none (typed errors)
-                    written.append(store)
+                if not writes:
+                    continue
+                if len(writes) <= SCAN_CHUNK:
+                    encoded.append((store, store.sync.encode_entries(writes)))
+                    continue
+                pairs: list[tuple[bytes, bytes | None]] = []
+                items = iter(writes.items())
+                while chunk := list(itertools.islice(items, SCAN_CHUNK)):
+                    pairs += store.sync.encode_entries(chunk)
+                    await asyncio.sleep(0)  # a large write does not hold the loop
+                encoded.append((store, pairs))
+        except asyncio.CancelledError:
+            self.abort()
+            raise
+        except BaseException as exc:
+            self._move(TransactionState.FAILED)
+            self.error = exc
+            self._done.set()
+            raise
+        return encoded
+
+    def _accept(
+        self, encoded: list[tuple[AsyncStore[Any, Any], list[tuple[bytes, bytes | None]]]]
+    ) -> None:
+        """OPEN -> ACCEPTED: the encoded writes into the stores' buffers, all or nothing, in
+        one step on the loop (no await: no round can take part of them)."""
+        written: list[AsyncStore[Any, Any]] = []
+        try:
+            for store, pairs in encoded:
+                store.sync.put_encoded(pairs)  # a dict update: cannot fail half way
+                written.append(store)
         except BaseException as exc:
             self._move(TransactionState.FAILED)
             self.error = exc

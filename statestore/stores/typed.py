@@ -735,6 +735,17 @@ class KeyValueStore(Generic[K, V]):
         """Put every ``(key, value)`` (or every item of a dict); all or nothing is buffered."""
         if self._state is not _OPEN or self._writer is not None:
             self._check_writable("put_all")
+        self._inner.put_many(self.encode_entries(entries))
+
+    def encode_entries(
+        self, entries: Iterable[tuple[K, V | None]] | dict[K, V]
+    ) -> list[tuple[bytes, bytes | None]]:
+        """Serialize and size-check ``entries`` as :meth:`put_all` does, buffering nothing.
+
+        For a caller that encodes a large write in parts (the asyncio API, between
+        turns of its event loop) and buffers it at once with :meth:`put_encoded`.
+        Raises what :meth:`put_all` raises for a bad key or value.
+        """
         pairs = entries.items() if isinstance(entries, dict) else entries
         encoded: list[tuple[bytes, bytes | None]] = []
         for key, value in pairs:
@@ -742,6 +753,12 @@ class KeyValueStore(Generic[K, V]):
             value_bytes = None if value is None else self._value_bytes(value)
             self._check_size(key_bytes, value_bytes)
             encoded.append((key_bytes, value_bytes))
+        return encoded
+
+    def put_encoded(self, encoded: list[tuple[bytes, bytes | None]]) -> None:
+        """Buffer ``encoded`` (from this store's :meth:`encode_entries`), all of it, in one step."""
+        if self._state is not _OPEN or self._writer is not None:
+            self._check_writable("put_all")
         self._inner.put_many(encoded)
 
     def delete(self, key: K) -> V | None:

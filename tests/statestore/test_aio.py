@@ -153,60 +153,72 @@ def test_concurrent_read_modify_writes_lose_nothing_and_share_fsyncs(tmp_path: P
         run(lambda: main(gate))
 
 
-async def _lag_probe(stop: asyncio.Event, period_s: float = 0.001) -> float:
-    """The longest the loop was late to wake this task (a loop-lag probe), in seconds."""
-    worst = 0.0
+async def _lag_probe(stop: asyncio.Event, lags: list[float], period_s: float = 0.001) -> None:
+    """A loop-lag probe: how late the loop wakes this task from each 1 ms sleep, in seconds."""
     while not stop.is_set():
         before = time.perf_counter()
         await asyncio.sleep(period_s)
-        worst = max(worst, time.perf_counter() - before - period_s)
-    return worst
+        lags.append(time.perf_counter() - before - period_s)
 
 
-FSYNC_DELAY_S = 0.4
-"""Every changelog fsync of these tests is slowed to this (a slow disk): one on the loop shows."""
-LAG_BOUND_S = 0.2
-"""The loop-lag bound: 200 ms, half of one slowed fsync.  Chosen for a loaded 2-core machine:
-there an idle loop's probe alone measured 7-10 ms of lag at load 7, and 20-27 ms with 16
-writers committing (GIL hand-overs to the committer thread), so a 5 ms bound would fail with
-nothing blocking the loop, and a 100 ms bound failed once at load 14 (340 ms); docs/serving.md
-has the measurements."""
+def _quantile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+FSYNC_DELAY_S = 0.02
+"""Every changelog fsync of this test is slowed to this (a slow disk): one on the loop shows."""
+LAG_P90_BOUND_S = 0.005
+"""Nine in ten of the probe's wake-ups while commits run are at most 5 ms late.  A commit that
+blocked the loop (its fsync, its append, its RocksDB write) would make most wake-ups at least
+``FSYNC_DELAY_S`` late, as the control shows.  On this shared 2-core machine at load 9-10 an
+idle loop's probe measured p90 0.9-1.4 ms and the loop with 16 committing writers 0.7-1.3 ms
+(docs/serving.md)."""
+LAG_MAX_BOUND_S = 0.2
+"""The single worst wake-up: the machine's scheduler decides it, not the commits (an idle loop
+alone measured up to 29-31 ms at load 9-10, and 340 ms once at load 14), so it is bounded
+loosely; it still catches a stall such as one slowed fsync on the loop repeated for 16 writers."""
 
 
 @pytest.mark.parametrize("off_loop", [True, False])
 def test_commits_never_block_the_loop(tmp_path: Path, off_loop: bool) -> None:
-    """16 writers, fsyncs slowed to 400 ms: the loop stays within the bound; the control blocks."""
+    """16 writers x 5 commits, fsyncs slowed to 20 ms: the loop stays within the bounds; the
+    control (the same commits run on the loop) blocks it."""
 
-    async def main() -> float:
+    async def main() -> list[float]:
         async with await open_manager(tmp_path / "s") as manager:
             kv = await manager.store("kv")
             stop = asyncio.Event()
-            probe = asyncio.create_task(_lag_probe(stop))
+            lags: list[float] = []
+            probe = asyncio.create_task(_lag_probe(stop, lags))
 
             async def writer(i: int) -> None:
-                for n in range(3):
+                for n in range(5):
                     await kv.put(f"k{i}", n)
 
-            async def blocking_writer(i: int) -> None:  # the control: a commit on the loop
-                kv.sync.put(f"k{i}", 2)
-                kv.sync.commit()
-                await asyncio.sleep(0)
+            async def blocking_writer(i: int) -> None:  # the control: commits on the loop
+                for n in range(5):
+                    kv.sync.put(f"k{i}", n)
+                    kv.sync.commit()
+                    await asyncio.sleep(0)
 
             if off_loop:
                 await asyncio.gather(*(writer(i) for i in range(16)))
             else:
                 await asyncio.gather(*(blocking_writer(i) for i in range(16)))
             stop.set()
-            lag = await probe
-            assert await kv.get_many([f"k{i}" for i in range(16)]) == [2] * 16
-            return lag
+            await probe
+            assert await kv.get_many([f"k{i}" for i in range(16)]) == [4] * 16
+            return lags
 
     with files.inject_faults(FsyncGate("kv", delay_s=FSYNC_DELAY_S)):
-        lag = run(main)
+        lags = run(main)
+    p90, worst = _quantile(lags, 0.9), max(lags)
     if off_loop:
-        assert lag < LAG_BOUND_S, f"the loop was blocked for {lag * 1000:.1f} ms"
+        assert p90 < LAG_P90_BOUND_S, f"p90 loop lag {p90 * 1000:.1f} ms over {len(lags)} wake-ups"
+        assert worst < LAG_MAX_BOUND_S, f"the loop was blocked for {worst * 1000:.1f} ms"
     else:
-        assert lag >= FSYNC_DELAY_S  # the probe sees a blocked loop
+        assert p90 >= FSYNC_DELAY_S  # the probe sees a blocked loop
 
 
 def test_a_cancelled_commit_is_still_committed_and_the_caller_can_find_out(tmp_path: Path) -> None:
@@ -298,5 +310,57 @@ def test_a_closed_manager_refuses(tmp_path: Path) -> None:
             await manager.store("kv")
         with pytest.raises(InvalidStateStoreError):
             await kv.get("a")
+
+    run(main)
+
+
+def test_a_large_transaction_is_encoded_between_turns_of_the_loop(tmp_path: Path) -> None:
+    """2,000 writes are serialized 256 at a time, the loop running other tasks in between;
+    they commit as one: all of them, in one round."""
+
+    async def main() -> None:
+        async with await open_manager(tmp_path / "s") as manager:
+            kv = await manager.store("kv")
+            tx = kv.transaction()
+            for i in range(2000):
+                tx.put(f"k{i:04d}", i)
+            committing = asyncio.create_task(tx.commit())
+            turns = 0
+            while tx.state is TransactionState.OPEN:  # each turn: one chunk encoded
+                turns += 1
+                await asyncio.sleep(0)
+            assert turns >= 2000 // 256  # the loop ran between the chunks
+            await committing
+            assert tx.state is TransactionState.COMMITTED
+            assert manager.rounds == 1
+            keys = [f"k{i:04d}" for i in range(2000)]
+            assert await kv.get_many(keys) == list(range(2000))
+
+    run(main)
+
+
+def test_a_cancel_while_a_large_transaction_is_encoded_aborts_it(tmp_path: Path) -> None:
+    """Cancelled before its writes were buffered: aborted, nothing written, the store's lock
+    free for the next transaction."""
+
+    async def main() -> None:
+        async with await open_manager(tmp_path / "s") as manager:
+            kv = await manager.store("kv")
+            tx = kv.transaction()
+            for i in range(2000):
+                tx.put(f"k{i:04d}", i)
+            committing = asyncio.create_task(tx.commit())
+            await asyncio.sleep(0)  # begun: the lock taken, the first chunk encoded
+            await asyncio.sleep(0)
+            assert tx.state is TransactionState.OPEN
+            committing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await committing
+            assert tx.state is TransactionState.ABORTED
+            assert tx.done()
+            await kv.put("after", 1)  # the lock was released
+            assert await kv.get("after") == 1
+            assert await kv.get("k0000") is None
+            assert manager.rounds == 1  # only the put's round
 
     run(main)
