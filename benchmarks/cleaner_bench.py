@@ -51,7 +51,7 @@ from changelog.cleaner.manager import log_to_clean
 from changelog.cleaner.offset_map import OffsetMap
 from changelog.cleaner.service import clean_in_process
 from changelog.config import CleanerConfig, LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 
 KEY_BYTES = 16
 VALUE_BYTES = 100

@@ -93,8 +93,8 @@ SIZES = {
 
 def _broker(work: Path) -> Any:
     from examples.balances.cluster_demo import FAST_GROUP_BROKER_SETTINGS  # noqa: PLC0415
-    from scripts.kafka.broker import KafkaBroker  # noqa: PLC0415
-    from scripts.kafka.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch  # noqa: PLC0415
+    from kafka_harness.broker import KafkaBroker  # noqa: PLC0415
+    from kafka_harness.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch  # noqa: PLC0415
 
     broker = KafkaBroker(fetch(version=CLUSTER_KAFKA_VERSION), work)
     broker.start(FAST_GROUP_BROKER_SETTINGS)

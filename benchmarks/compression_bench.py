@@ -51,7 +51,7 @@ import msgpack
 from benchmarks._harness import Result, emit_json, machine_info, median, print_table
 from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import decode_key_values
 from changelog.record.compression import Compression, compress, decompress
 

@@ -18,8 +18,8 @@ defaults), repetitions interleaved.
   until the end offset reaches the first uncleanable offset.  Timed from the first pass's
   start to the last pass's end (the log is already open; Python and numpy imported).
   Each pass fsyncs its cleaned segments before the swap (as always).
-* **Kafka** (``KAFKA_VERSION`` from ``scripts/kafka``, a one-node KRaft broker run by
-  :mod:`scripts.kafka.broker`, Kafka's own start-script JVM options: 1 GiB heap, G1, C2
+* **Kafka** (``KAFKA_VERSION`` from ``kafka_harness``, a one-node KRaft broker run by
+  :mod:`kafka_harness.broker`, Kafka's own start-script JVM options: 1 GiB heap, G1, C2
   on) is given the files the way ``tests/kafka/test_kafka_reads_ours.py`` gives them:
   topics created, broker stopped, their segment files replaced by ours, its
   clean-shutdown marker removed (so its loader re-validates every batch), broker started
@@ -135,7 +135,7 @@ def child_ours(directory: Path, buffer_bytes: int) -> dict[str, Any]:
     """Clean ``directory`` to the end; time the passes (runs in a child process)."""
     from changelog.cleaner.clean import clean_log  # noqa: PLC0415
     from changelog.config import CleanerConfig  # noqa: PLC0415
-    from changelog.log import Log  # noqa: PLC0415
+    from changelog.log.log import Log  # noqa: PLC0415
 
     config = CleanerConfig(dedupe_buffer_size_bytes=buffer_bytes, threads=1)
     log = Log.open(directory, _segment_config())
@@ -283,7 +283,7 @@ def _place(broker: Any, topic: str, source: Path) -> None:
 def run_kafka(
     dist: Any, template: Path, warmup: Path, work: Path, buffer_bytes: int, timeout_s: float
 ) -> dict[str, Any]:
-    from scripts.kafka.broker import KafkaBroker  # noqa: PLC0415
+    from kafka_harness.broker import KafkaBroker  # noqa: PLC0415
 
     segment_bytes = str(_segment_config().segment_bytes)
     topic_configs = {
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child_ours(Path(args.child[0]), int(args.child[1]))))
         return 0
 
-    from scripts.kafka.kafka_runtime import (  # noqa: PLC0415
+    from kafka_harness.kafka_runtime import (  # noqa: PLC0415
         KAFKA_VERSION,
         fetch,
         missing_prerequisites,

@@ -44,7 +44,7 @@ from benchmarks._harness import (
     scratch_dir,
 )
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import decode_records, encode_batch, iter_batches
 
 RECORDS_PER_BATCH = 1000

@@ -43,7 +43,7 @@ import attrs
 
 from benchmarks._harness import Result, Target, emit_json, print_table, scratch_dir
 from changelog import LogConfig
-from changelog.log_dir import peek_batch_headers
+from changelog.log.log_dir import peek_batch_headers
 from statestore import StateManager
 from statestore.config import STORE_LOG_CONFIG
 

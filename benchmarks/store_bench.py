@@ -723,7 +723,7 @@ def _proc_status(name: str) -> int:
 def _child_compact(log_dir: Path, buffer_bytes: int) -> None:
     """Child: open the log, reset the RSS high-water mark, clean fully, report stats + VmHWM."""
     from changelog.config import LogConfig  # noqa: PLC0415
-    from changelog.log import Log  # noqa: PLC0415
+    from changelog.log.log import Log  # noqa: PLC0415
 
     log = Log.open(log_dir, LogConfig())
     with contextlib.suppress(OSError):
@@ -880,7 +880,7 @@ def _clean_until_done(log: Any, *, in_process: bool) -> None:
 
 def case_concurrent(sz: BenchSizes, reps: int) -> list[Result]:
     from changelog.config import LogConfig  # noqa: PLC0415
-    from changelog.log import Log  # noqa: PLC0415
+    from changelog.log.log import Log  # noqa: PLC0415
 
     n = sz.concurrent_records
     keys = make_keys(n, seed=123, prefix=b"w:")

@@ -325,7 +325,7 @@ def _threads(count: int, work: Callable[[int], None]) -> Timing:
 
 
 def _log_threads(d: Path, count: int, sz: TxnSizes, *, sharing: bool) -> tuple[Timing, int]:
-    from changelog.log import Log  # noqa: PLC0415
+    from changelog.log.log import Log  # noqa: PLC0415
 
     pairs = [(b"t%02d-k%06d" % (0, i), b"v" * 100) for i in range(sz.small_records)]
     with Log.open(d / f"threads-{count}-{int(sharing)}-0") as log:

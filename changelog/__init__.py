@@ -32,7 +32,7 @@ from changelog.errors import (
     SegmentOperationError,
     UnsupportedFormatError,
 )
-from changelog.log import AppendInfo, Log
+from changelog.log.log import AppendInfo, Log
 from changelog.record.batch import BatchHeader, Record
 
 __all__ = [

@@ -24,7 +24,7 @@ from changelog.cleaner import offset_map as new_map
 from changelog.cleaner import recopy as cleaner_recopy
 from changelog.cleaner.clean import clean_log
 from changelog.config import CleanerConfig, LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 
 _OLD = subprocess.run(
     ["git", "show", "6d36e80:changelog/offset_map.py"], capture_output=True, text=True, check=True

@@ -1,16 +1,20 @@
 """The layers hold: every import of our own code goes down (or sideways without a cycle).
 
 The layers, bottom-up, are drawn in ``docs/internals.md``; :data:`LAYERS` is
-their one machine-readable copy.  A module's layer is that of the longest
-prefix listed.  An import (at module level, inside a function, or under
+their one machine-readable copy, and a test holds the drawing's ``layer N`` labels
+and the store stack's two drawings (``docs/internals.md``,
+``statestore/stores/__init__.py``) equal to it.  A module's layer is that of the
+longest prefix listed.  An import (at module level, inside a function, or under
 ``TYPE_CHECKING``) may name a module of the same or a lower layer; the import
 graph of same-layer modules must have no cycle.  A new module needs no entry
-when its package already has one.
+when its package already has one.  Neither shipped package imports the
+repository's own code outside them (``kafka_harness``, ``tests``, ...).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("changelog", "statestore")
 
 LAYERS: dict[str, int] = {
-    # changelog: limits, errors, config -> fs -> record -> segment -> log -> cleaner -> public API
+    # changelog: limits, errors, config -> fs -> record -> segment -> log -> cleaner, repair -> API
     "changelog.limits": 0,
     "changelog.errors": 0,
     "changelog.native": 0,
@@ -28,59 +32,45 @@ LAYERS: dict[str, int] = {
     "changelog.fs": 2,
     "changelog.record": 3,
     "changelog.segment": 4,
-    "changelog.append_info": 5,
-    "changelog.retention": 5,
-    "changelog.log_segments": 5,
-    "changelog.log_reader": 5,
-    "changelog.replace": 5,
-    "changelog.recovery_point": 5,
-    "changelog.group_commit": 5,
-    "changelog.producer_state": 5,
-    "changelog.isolation": 5,
-    "changelog.load_plan": 5,
-    "changelog.loader": 5,
-    "changelog.log_dir": 5,
     "changelog.log": 5,
     "changelog.cleaner": 6,
     "changelog.repair": 6,
     "changelog": 7,
-    # statestore: base -> the store stack, inside out -> manager -> tools -> public API
+    # statestore: base -> txn -> metrics -> the store stack, inside out -> manager -> tools -> API
     "statestore.errors": 10,
     "statestore.config": 10,
     "statestore.serdes": 10,
     "statestore.partitioner": 10,
-    "statestore": 11,
-    "statestore.stores": 11,
-    "statestore.stores.metadata": 11,
-    "statestore.stores.engine": 12,
-    "statestore.stores.time.segments": 12,
-    "statestore.stores.restore": 13,
-    "statestore.stores.reader": 13,
-    "statestore.stores.change_logging": 14,
-    "statestore.stores.buffer": 15,
-    "statestore.txn": 15,
-    "statestore.stores.partitioned": 16,
-    "statestore.stores.typed": 16,
-    "statestore.metrics": 16,
-    "statestore.stores.builder": 17,
-    "statestore.stores.time.base": 17,
-    "statestore.stores.time.timestamped": 17,
-    "statestore.stores.time.window": 17,
-    "statestore.stores.time.session": 17,
-    "statestore.stores.time.versioned": 17,
-    "statestore.stores.time.top": 17,
-    "statestore.manager": 18,
-    "statestore.migrate": 18,
-    "statestore.kafka": 18,
-    "statestore.cli": 19,
-    "statestore.testing": 19,
-    "statestore.aio": 19,
-    "statestore.__init__": 20,
-    "statestore.__main__": 20,
+    "statestore.txn": 11,
+    "statestore.metrics": 12,
+    "statestore.stores": 13,
+    "statestore.stores.engine": 14,
+    "statestore.stores.time.segments": 14,
+    "statestore.stores.restore": 15,
+    "statestore.stores.reader": 15,
+    "statestore.stores.change_logging": 16,
+    "statestore.stores.buffer": 17,
+    "statestore.stores.metered": 18,
+    "statestore.stores.partitioned": 19,
+    "statestore.stores.typed": 20,
+    "statestore.stores.time": 21,
+    "statestore.stores.time.layout": 13,
+    "statestore.stores.time.settings": 13,
+    "statestore.stores.builder": 22,
+    "statestore.manager": 23,
+    "statestore.migrate": 23,
+    "statestore.kafka": 23,
+    "statestore.cli": 24,
+    "statestore.testing": 24,
+    "statestore.aio": 24,
+    "statestore.__init__": 25,
+    "statestore.__main__": 25,
 }
-"""Module prefix -> layer.  ``statestore.stores`` (11) holds the stack's leaves
-(``lifecycle``, ``spec``, ``bytes_store``); each layer of the stack has its own number,
-so that no layer can import the one built over it."""
+"""Module prefix -> layer.  Outside the store stack an entry is a package (or a module at a
+package's root); ``statestore.stores`` (13) holds the stack's leaves (``lifecycle``, ``spec``,
+``metadata``, ``bytes_store``; ``time.layout`` and ``time.settings``), and each layer of the
+stack has its own number, in the order ``statestore/stores/__init__.py`` draws and
+``builder.py`` builds, so that no layer can import the one built over it."""
 
 
 def module_name(path: Path) -> str:
@@ -210,10 +200,14 @@ def test_the_check_can_fail() -> None:
     """The checks are not vacuous: an upward edge and a cycle are each reported."""
     graph = {"a": {"b"}, "b": {"a"}, "c": set()}
     assert cycles(graph) == [["a", "b"]]
-    assert layer_of("changelog.cleaner.clean") > layer_of("changelog.log")
+    assert layer_of("changelog.cleaner.clean") > layer_of("changelog.log.log")
     assert layer_of("changelog.fs.files") < layer_of("changelog.record.batch")
     assert layer_of("statestore.stores.engine") < layer_of("statestore.stores.change_logging")
-    assert layer_of("statestore.stores.buffer") < layer_of("statestore.stores.typed")
+    assert layer_of("statestore.stores.buffer") < layer_of("statestore.stores.metered")
+    assert layer_of("statestore.stores.metered") < layer_of("statestore.stores.typed")
+    assert layer_of("statestore.stores.typed") < layer_of("statestore.stores.builder")
+    assert layer_of("statestore.txn.participant") < layer_of("statestore.stores.buffer")
+    assert layer_of("statestore.metrics.registry") < layer_of("statestore.stores.metered")
 
 
 def test_no_private_names_across_modules() -> None:
@@ -243,6 +237,155 @@ def test_layers_are_documented(package: str) -> None:
         assert f"`{module.name}`" in text or module.name in tree, (
             f"docs/internals.md does not name {package}/{module.name}"
         )
+
+
+NOT_SHIPPED = ("kafka_harness", "tests", "benchmarks", "examples", "scripts")
+"""Top-level packages of the repository that are not in the distribution."""
+
+
+def test_shipped_packages_import_nothing_unshipped() -> None:
+    """``statestore`` and ``changelog`` import nothing of the repository that is not shipped."""
+    offenders = []
+    for name, path in our_modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module]
+            offenders += [
+                f"{name}:{node.lineno}: {target}"
+                for target in targets
+                if target.split(".")[0] in NOT_SHIPPED
+            ]
+    assert offenders == []
+
+
+# ------------------------------------------------ the drawings agree with LAYERS
+
+
+def _text_blocks(text: str) -> list[str]:
+    """The bodies of the text code blocks of a Markdown page, in order."""
+    return [part.split("```", 1)[0] for part in text.split("```text")[1:]]
+
+
+_LAYER_LABEL = re.compile(r"\blayers? (\d+)(?:-(\d+))?\b")
+
+
+def drawn_layers(tree: str) -> dict[str, tuple[int, int]]:
+    """Module or package -> (lowest, highest) layer, from a tree drawn two spaces a level.
+
+    A line names packages (``fs/``) and modules (``files.py``, ``__init__.py``), then, after
+    two or more spaces, says what they are; ``layer N`` there labels each name on the line,
+    ``layers A-B`` a package whose modules span A to B.  A name without a label gets its
+    package's single label.  Lines whose names are not all packages or modules (a
+    description's continuation) are skipped.
+    """
+    drawn: dict[str, tuple[int, int]] = {}
+    packages: list[tuple[str, tuple[int, int] | None]] = []
+    for line in tree.splitlines():
+        stripped = line.lstrip(" ")
+        if not stripped:
+            continue
+        depth = (len(line) - len(stripped)) // 2
+        names_part, _, description = re.split(r"(\s{2,})", stripped + "  ", maxsplit=1)
+        names = names_part.split(" ")
+        if not all(n.endswith(("/", ".py")) for n in names):
+            continue
+        del packages[depth:]
+        if len(packages) < depth:
+            continue
+        label = _LAYER_LABEL.search(description)
+        span = (int(label[1]), int(label[2] or label[1])) if label else None
+        if span is None and packages and packages[-1][1] is not None:
+            inherited = packages[-1][1]
+            span = inherited if inherited[0] == inherited[1] else None
+        parent = [p for p, _ in packages]
+        for name in names:
+            if name.endswith("/"):
+                dotted = ".".join([*parent, name[:-1]])
+            elif name in ("__init__.py", "__main__.py") and parent == ["statestore"]:
+                dotted = f"statestore.{name[:-3]}"
+            elif name == "__init__.py":
+                dotted = ".".join(parent)
+            else:
+                dotted = ".".join([*parent, name[:-3]])
+            if span is not None:
+                drawn[dotted] = span
+        if len(names) == 1 and names[0].endswith("/"):
+            packages.append((names[0][:-1], span))
+    return drawn
+
+
+def test_the_drawn_tree_agrees_with_layers() -> None:
+    """Every ``layer N`` of the tree in docs/internals.md is the layer LAYERS gives that module
+    or package, every drawn name exists, and every entry of LAYERS is drawn with its layer."""
+    text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
+    drawn = drawn_layers(_text_blocks(text)[0])
+    modules = our_modules()
+    wrong = []
+    for dotted, (low, high) in sorted(drawn.items()):
+        path = ROOT.joinpath(*dotted.removesuffix(".__init__").removesuffix(".__main__").split("."))
+        if dotted not in modules and not path.is_dir():
+            wrong.append(f"{dotted}: drawn, but no such module or package")
+            continue
+        inside = [layer for prefix, layer in LAYERS.items() if prefix.startswith(dotted + ".")]
+        expected = (layer_of(dotted), max([layer_of(dotted), *inside]))
+        if low == high:
+            expected = (layer_of(dotted), layer_of(dotted))
+        if (low, high) != expected:
+            wrong.append(f"{dotted}: drawn as layer {low}-{high}, LAYERS says {expected}")
+    for prefix, layer in LAYERS.items():
+        if prefix not in drawn or drawn[prefix][0] != layer:
+            wrong.append(f"{prefix}: LAYERS says {layer}, drawn as {drawn.get(prefix)}")
+    assert wrong == [], "docs/internals.md and LAYERS differ:\n" + "\n".join(wrong)
+
+
+def stack_order(drawing: str) -> list[tuple[str, int]]:
+    """(name, layer) for each line of a drawing of the store stack, top first.
+
+    A line names one or more layers (``typed.KeyValueStore``, ``restore, reader``), relative
+    to ``statestore.stores``, before two or more spaces; tree characters are ignored, and a
+    line starting with ``|`` (an alternative to the line above, as distributed mode's
+    change-logging layer) is skipped."""
+    order = []
+    for line in drawing.splitlines():
+        stripped = line.strip().lstrip("└─ ")
+        if not stripped or stripped.startswith("|") or not re.match(r"[a-z_]", stripped):
+            continue
+        names = re.split(r"\s{2,}", stripped, maxsplit=1)[0]
+        for name in names.split(", "):
+            order.append((name, layer_of(f"statestore.stores.{name}")))
+    return order
+
+
+@pytest.mark.parametrize("where", ["docs/internals.md", "statestore/stores/__init__.py"])
+def test_the_drawn_stack_agrees_with_layers(where: str) -> None:
+    """The store stack is drawn top down: each line's layer is at or below the line above's."""
+    text = (ROOT / where).read_text(encoding="utf-8")
+    if where.endswith(".md"):
+        drawing = next(b for b in _text_blocks(text) if "engine.RocksDBEngine" in b)
+    else:
+        drawing = text.split("::", 1)[1].split("\n\n", 2)[1]
+    order = stack_order(drawing)
+    assert len(order) >= 5, order
+    layers = [layer for _, layer in order]
+    assert layers == sorted(layers, reverse=True), f"{where} draws the stack out of order: {order}"
+
+
+def test_the_drawing_checks_can_fail() -> None:
+    """A wrong label, a missing entry and a stack drawn out of order are each reported."""
+    tree = "changelog/\n  log/        layer 6: wrong\n    log.py      the log\n  fs/  layer 2\n"
+    drawn = drawn_layers(tree)
+    assert drawn == {"changelog.log": (6, 6), "changelog.log.log": (6, 6), "changelog.fs": (2, 2)}
+    assert drawn["changelog.log"][0] != layer_of("changelog.log")
+    assert "changelog.record" not in drawn
+    order = stack_order(
+        "typed.KeyValueStore  top\n└── engine.RocksDBEngine  x\n    └── buffer.WriteBuffer  y\n"
+    )
+    layers = [layer for _, layer in order]
+    assert layers != sorted(layers, reverse=True)
 
 
 # ------------------------------------------------ a layer touches only the layer it wraps

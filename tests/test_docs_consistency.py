@@ -84,9 +84,9 @@ def markdown_protocol_table(path: Path, first: str) -> dict[str, set[str]]:
 
 
 def test_loader_passes_in_code_and_docs_are_the_same() -> None:
-    """The loader's pass table (changelog/loader.py) and docs/recovery.md list the same passes,
+    """The loader's pass table (changelog/log/loader.py) and docs/recovery.md list the same passes,
     each finishing or undoing the same protocol steps."""
-    code = rst_protocol_table(ROOT / "changelog" / "loader.py")
+    code = rst_protocol_table(ROOT / "changelog" / "log" / "loader.py")
     docs = markdown_protocol_table(ROOT / "docs" / "recovery.md", "L")
     assert sorted(code) == sorted(docs)
     assert code == docs

@@ -111,7 +111,7 @@ from changelog.segment.segment import LogSegment
 from changelog.segment.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
-    from changelog.log import Log
+    from changelog.log.log import Log
 
 __all__ = [
     "CleanerStats",
@@ -185,7 +185,7 @@ def clean_log(
     its delete horizon.  ``now_ms`` defaults to the log's clock.
 
     A closed or failed log is refused first (:meth:`Log.check_open
-    <changelog.log.Log.check_open>`): nothing is read, nothing written.
+    <changelog.log.log.Log.check_open>`): nothing is read, nothing written.
     """
     log.check_open()
     if not log.config.compact:
@@ -489,7 +489,7 @@ def _swap(log: Any, old: Sequence[LogSegment], new: Sequence[LogSegment], end_of
     Before the swap (its step S1b) the swap checkpoint is raised to the
     pass's end offset, which is above every rewritten group's base offset: so
     a hole a cleaned segment leaves (an emptied last batch dropped) is
-    explained by a durable checkpoint before it exists (:mod:`changelog.replace`).
+    explained by a durable checkpoint before it exists (:mod:`changelog.log.replace`).
     ``replace_segments`` raises :class:`CleanerAbortedError` (and deletes
     ``new``) if a segment of ``old`` left the log meanwhile (retention,
     truncation).

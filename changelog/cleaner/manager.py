@@ -112,7 +112,7 @@ def write_cleaner_checkpoint(log: CleanableLog, offset: int) -> None:
 def advance_swap_checkpoint(log: CleanableLog, offset: int) -> None:
     """Raise ``cleaner-swap-offset-checkpoint`` to ``offset`` (never lower it); atomic, fsynced.
 
-    Step S1b of :mod:`changelog.replace`: the pass calls it, under
+    Step S1b of :mod:`changelog.log.replace`: the pass calls it, under
     ``log.lock``, before its cleaned segments can replace old ones, with its
     end offset (above the base offset of every group it rewrote).  A file that
     cannot be read raises :class:`~changelog.errors.CorruptCheckpointError`

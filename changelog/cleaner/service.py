@@ -61,7 +61,7 @@ from changelog.config import CleanerConfig
 from changelog.errors import ChangelogError, CleanerAbortedError, CleanerServiceStateError
 
 if TYPE_CHECKING:
-    from changelog.log import Log
+    from changelog.log.log import Log
 
 __all__ = ["WORKER_NICENESS", "CleanerService", "Throttler", "WorkerMode", "clean_in_process"]
 # Throttler, clean_in_process and WORKER_NICENESS live in cleaner_throttle / cleaner_worker;

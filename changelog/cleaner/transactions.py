@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from changelog.producer_state import ProducerState, replay_segment
+from changelog.log.producer_state import ProducerState, replay_segment
 from changelog.record.batch import decode_records, encode_records
 from changelog.record.control import ControlRecordType, EndTransactionMarker, read_marker
 from changelog.record.header import BatchHeader

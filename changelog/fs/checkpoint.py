@@ -190,7 +190,7 @@ CLEANER_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 CLEANER_SWAP_CHECKPOINT: Final = "cleaner-swap-offset-checkpoint"
 """Ours, not Kafka's: the end offset of the newest cleaning pass that may have swapped segments in.
 
-Written by the cleaner before its swap (step S1b of :mod:`changelog.replace`)
+Written by the cleaner before its swap (step S1b of :mod:`changelog.log.replace`)
 and never lowered.  The cleaner drops a group's emptied last batch (Kafka's
 rule), so a cleaned segment may end before the next one begins; every such
 segment has its base offset below this offset, so a hole between segments

@@ -41,10 +41,10 @@ from changelog.config import LogConfig
 from changelog.errors import ChangelogError, CorruptRecordError, LogStorageError, RepairRefusedError
 from changelog.fs import files
 from changelog.fs.lock import DirectoryLock
-from changelog.load_plan import plan_load
-from changelog.log import Log
-from changelog.log_dir import parse_topic_partition
-from changelog.producer_state import ProducerState, replay_segment
+from changelog.log.load_plan import plan_load
+from changelog.log.log import Log
+from changelog.log.log_dir import parse_topic_partition
+from changelog.log.producer_state import ProducerState, replay_segment
 from changelog.repair.scan import protocol_leftovers, segment_files
 from changelog.segment.indexes import SegmentIndexes
 from changelog.segment.offset_index import OffsetIndex

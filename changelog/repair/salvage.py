@@ -86,8 +86,8 @@ from changelog.fs.checkpoint import (
     write_offset_checkpoint,
 )
 from changelog.fs.lock import DirectoryLock
-from changelog.log import Log
-from changelog.log_dir import parse_topic_partition
+from changelog.log.log import Log
+from changelog.log.log_dir import parse_topic_partition
 from changelog.record.batch import decode_header, decode_key_values
 from changelog.record.control import ControlRecordType, read_marker
 from changelog.record.header import BATCH_HEADER_SIZE, NO_PRODUCER_ID, write_header

@@ -4,7 +4,7 @@ The loader stops at the first bad batch (and refuses the open); a remedy must
 say what lies *beyond* it, so :func:`walk` reports a damaged range and resumes
 at the next position where a whole, CRC-valid batch starts.  :class:`Committer`
 then decides, in log order, what a ``read_committed`` reader makes of each data
-batch (Kafka's rule, :mod:`changelog.isolation`): a batch without a producer id
+batch (Kafka's rule, :mod:`changelog.log.isolation`): a batch without a producer id
 counts at once; a transactional one waits for its producer's COMMIT (counts) or
 ABORT (never counted) marker.
 

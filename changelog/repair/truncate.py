@@ -66,8 +66,8 @@ from changelog.fs.checkpoint import (
     write_offset_checkpoint,
 )
 from changelog.fs.lock import DirectoryLock
-from changelog.log import Log
-from changelog.log_dir import parse_topic_partition
+from changelog.log.log import Log
+from changelog.log.log_dir import parse_topic_partition
 from changelog.repair.scan import (
     Batch,
     Committer,

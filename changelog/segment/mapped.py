@@ -1,6 +1,6 @@
 """A ``.log`` file read whole, past damage: a read-only map and where the next batch may start.
 
-Two readers look beyond a bad batch: the load plan (:mod:`changelog.load_plan`)
+Two readers look beyond a bad batch: the load plan (:mod:`changelog.log.load_plan`)
 asks whether a valid batch follows a damaged one (then the damage is not a
 torn tail), and the remedies' walk (:mod:`changelog.repair.scan`) resumes there.
 Both map the whole file with :class:`MappedFile` and search it with

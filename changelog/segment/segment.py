@@ -540,7 +540,7 @@ class LogSegment:
         """fsync the ``.log`` through ``fd`` from :meth:`pin_log`, then unpin it.
 
         The one method of a segment called without ``Log.lock`` (the group
-        commit's fsync, :mod:`changelog.group_commit`): the pin keeps the
+        commit's fsync, :mod:`changelog.log.group_commit`): the pin keeps the
         descriptor open if the segment is closed, rolled or replaced meanwhile.
         """
         try:

@@ -23,7 +23,7 @@ segment gets its first entry: most segments have none.
 
 After a crash (and at every open) the index is **rebuilt, never trusted**:
 the loader re-derives every segment's entries from the batches themselves
-(:mod:`changelog.producer_state`) and rewrites a file that differs.  The file
+(:mod:`changelog.log.producer_state`) and rewrites a file that differs.  The file
 is only an accelerator of reads and Kafka's tools' view of our segments.
 
 Thread-safety: not thread-safe; the owning segment (under ``Log.lock``) calls it.

@@ -1,6 +1,6 @@
 """``./dev demo-cluster``: the balances service on a real Kafka 4.x broker, three workers, one kill -9.
 
-1. start a one-node Apache Kafka (the Maven recipe in ``scripts/kafka/``, Kafka 4.4.0);
+1. start a one-node Apache Kafka (the Maven recipe in ``kafka_harness/``, Kafka 4.4.0);
 2. create the input and output topics (6 partitions) and start three worker processes
    (:mod:`examples.balances.cluster`); they split the partitions through the group;
 3. feed transactions; worker 1 is told to block inside a transaction once its records
@@ -196,8 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=5000, help="transactions (5000)")
     parser.add_argument("--accounts", type=int, default=200, help="accounts (200)")
     args = parser.parse_args(argv)
-    from scripts.kafka.broker import running_broker  # noqa: PLC0415
-    from scripts.kafka.kafka_runtime import (  # noqa: PLC0415
+    from kafka_harness.broker import running_broker  # noqa: PLC0415
+    from kafka_harness.kafka_runtime import (  # noqa: PLC0415
         CLUSTER_KAFKA_VERSION,
         fetch,
         missing_prerequisites,

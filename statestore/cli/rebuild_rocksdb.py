@@ -86,8 +86,8 @@ def plan_rebuild(state_dir: Path, store: str | None) -> list[RocksDBDir]:
     Raises :class:`~changelog.errors.RepairRefusedError` for a changelog the loader refuses.
     """
     from changelog.errors import ChangelogError, RepairRefusedError  # noqa: PLC0415
-    from changelog.load_plan import plan_load  # noqa: PLC0415
-    from changelog.log_dir import parse_topic_partition  # noqa: PLC0415
+    from changelog.log.load_plan import plan_load  # noqa: PLC0415
+    from changelog.log.log_dir import parse_topic_partition  # noqa: PLC0415
 
     out = []
     for info in select_stores(find_stores(state_dir), store, state_dir):

@@ -60,7 +60,7 @@ def _state_dir_lock(state_dir: Path) -> Iterator[None]:
 
 def _compact_one(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
     from changelog.config import LogConfig  # noqa: PLC0415
-    from changelog.log import Log  # noqa: PLC0415
+    from changelog.log.log import Log  # noqa: PLC0415
 
     recorded = recorded_log_config(directory)  # the store's real settings, when recorded
     config = recorded if recorded is not None else LogConfig()

@@ -4,7 +4,7 @@ For every partition directory (a directory holding ``<20-digit offset>.log``
 files) found under the given path, two things, neither of which writes a byte
 or takes a lock (verify works next to a running service):
 
-1. **What the next open will do.**  :func:`changelog.load_plan.plan_load` is
+1. **What the next open will do.**  :func:`changelog.log.load_plan.plan_load` is
    the very function ``Log.open`` runs before it changes anything: the same
    passes (L1-L10), the same checks, the same verdict.  If it raises, the next
    open is refused with that error (reported as an *error*, with the file,
@@ -70,8 +70,8 @@ from changelog.fs.checkpoint import (
     read_checkpoint,
 )
 from changelog.fs.files import LOG_SUFFIX, parse_base_offset
-from changelog.load_plan import LoadPlan, PlannedSegment, plan_load
-from changelog.log_dir import parse_topic_partition
+from changelog.log.load_plan import LoadPlan, PlannedSegment, plan_load
+from changelog.log.log_dir import parse_topic_partition
 from changelog.record.batch import decode_header, decode_key_values
 from statestore.cli.errors import UsageError
 from statestore.cli.progress import Progress

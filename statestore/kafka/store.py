@@ -61,13 +61,12 @@ from statestore.errors import (
     StoreEngineError,
     UnsupportedStoreOperationError,
 )
-from statestore.metrics.metered import PartitionMetrics
 from statestore.metrics.registry import MetricsRegistry
 from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.builder import wrap_partitions
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.lifecycle import StoreState, move
-from statestore.stores.participant import Participant, Records
+from statestore.stores.metered import PartitionMetrics
 from statestore.stores.reader import StoreReader
 from statestore.stores.spec import RECORD_OVERHEAD_BYTES
 from statestore.stores.time.base import TimeStoreBase
@@ -76,6 +75,7 @@ from statestore.stores.time.segments import SegmentedEngine
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.top import wrap_time_store
 from statestore.stores.typed import KeyValueStore
+from statestore.txn.participant import Participant, Records
 
 __all__ = ["ChangelogRecords", "KafkaStoreSpec", "TaskStore", "TopicChangeLoggingStore"]
 

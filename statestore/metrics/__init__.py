@@ -2,8 +2,9 @@
 
 :class:`MetricsRegistry` holds them (one per state manager);
 :mod:`~statestore.metrics.definitions` is the catalog docs/metrics.md is held
-equal to; :class:`~statestore.metrics.metered.MeteredStore` records a
-store partition's operations; :func:`register_cleaner_metrics` reads the
+equal to; the store stack's metered layer
+(:class:`statestore.stores.metered.MeteredStore`, built over this package)
+records a store partition's operations; :func:`register_cleaner_metrics` reads the
 cleaner; :func:`register_transaction_metrics` reads the transaction
 coordinator.  ``StateManager.metrics()`` returns :func:`nest_samples` of the
 registry; :mod:`statestore.metrics.prometheus` (extra ``statestore[prometheus]``)
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 from statestore.metrics.cleaner import register_cleaner_metrics
 from statestore.metrics.definitions import ALL_METRICS, by_name
-from statestore.metrics.metered import MeteredStore, PartitionMetrics, partition_tags
 from statestore.metrics.registry import (
     Counter,
     Gauge,
@@ -31,14 +31,11 @@ __all__ = [
     "Counter",
     "Gauge",
     "Histogram",
-    "MeteredStore",
     "MetricDefinition",
     "MetricsRegistry",
-    "PartitionMetrics",
     "Sample",
     "by_name",
     "nest_samples",
-    "partition_tags",
     "register_cleaner_metrics",
     "register_transaction_metrics",
 ]

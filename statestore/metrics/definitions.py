@@ -4,7 +4,7 @@ docs/metrics.md renders this catalog as a table, and
 ``tests/statestore/metrics/test_docs.py`` holds the two equal.  Groups:
 
 * ``stream-state-metrics`` (tags ``store``, ``partition``): one store partition's
-  operations, recorded by :class:`~statestore.metrics.metered.MeteredStore`
+  operations, recorded by :class:`~statestore.stores.metered.MeteredStore`
   (Kafka Streams' group of ``MeteredKeyValueStore``).  As there, the
   per-operation ones (put, get, delete counts and rates, get latency) are
   DEBUG metrics: counting them costs a Python call on every put and get, a

@@ -38,7 +38,7 @@ Thread-safety: writes and reads come from the typed store's single user thread;
 a commit (the coordinator, holding :attr:`WriteBuffer.commit_lock`) may run on
 another thread at the same time (the manager commits every store), and then
 never drops a write buffered while it runs (see :meth:`WriteBuffer.forget`).
-The buffer is the partition's :class:`~statestore.stores.participant.Participant`
+The buffer is the partition's :class:`~statestore.txn.participant.Participant`
 in commits: :meth:`~WriteBuffer.take` snapshots the pending writes, which stay
 readable until the commit has applied them and :meth:`~WriteBuffer.forget`
 drops them.
@@ -56,8 +56,8 @@ from changelog.native import compiled
 from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, StoreEngineError
 from statestore.stores.bytes_store import ChangeLogging
-from statestore.stores.commit_lock import CommitLock
-from statestore.stores.participant import Participant, Records
+from statestore.txn.commit_lock import CommitLock
+from statestore.txn.participant import Participant, Records
 
 if TYPE_CHECKING:
     from statestore.stores._put import Pending

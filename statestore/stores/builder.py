@@ -9,7 +9,7 @@ processor's Kafka transaction instead of a local ``Log``.
 For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
 
 0. with metrics on, register the partition's metrics
-   (:class:`~statestore.metrics.metered.PartitionMetrics`), so that steps 1-3
+   (:class:`~statestore.stores.metered.PartitionMetrics`), so that steps 1-3
    are recorded;
 1. open the changelog :class:`~changelog.Log` (``<store>-changelog-<p>``),
    given the metrics' append observer, and
@@ -26,7 +26,7 @@ For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
    restore it (``created -> restoring -> open``);
 4. wrap that in a :class:`~statestore.stores.buffer.WriteBuffer` (the
    writes of the current commit);
-5. with metrics on, wrap that in a :class:`~statestore.metrics.metered.MeteredStore`
+5. with metrics on, wrap that in a :class:`~statestore.stores.metered.MeteredStore`
    (Kafka Streams' ``MeteredKeyValueStore``) over step 0's metrics.
 
 Then route over the partitions with a
@@ -66,14 +66,13 @@ from typing import TYPE_CHECKING, Any
 
 from changelog import AppendInfo, Log
 from statestore.errors import changelog_errors
-from statestore.metrics.metered import MeteredStore, PartitionMetrics
 from statestore.metrics.registry import MetricsRegistry
 from statestore.serdes import BytesSerde, Serde
 from statestore.stores.buffer import WriteBuffer
 from statestore.stores.bytes_store import BytesStore, ChangeLogging
 from statestore.stores.change_logging import ChangeLoggingStore
 from statestore.stores.engine import RocksDBEngine
-from statestore.stores.participant import Committer
+from statestore.stores.metered import MeteredStore, PartitionMetrics
 from statestore.stores.partitioned import PartitionedStore
 from statestore.stores.reader import StoreReader
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener, open_engine
@@ -81,6 +80,7 @@ from statestore.stores.spec import StoreSpec
 from statestore.stores.time.segments import SegmentedEngine
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import TransactionCoordinator
+from statestore.txn.participant import Committer
 
 if TYPE_CHECKING:
     from statestore.stores._put import Pending
@@ -108,7 +108,7 @@ def build_store(
     ``cache`` is the manager's shared RocksDB block cache (``None``: none),
     ``clock`` stamps changelog records (milliseconds; ``None``: wall clock).
     With ``metrics``, each partition's metrics are registered before its
-    restore and a :class:`~statestore.metrics.metered.MeteredStore` goes on
+    restore and a :class:`~statestore.stores.metered.MeteredStore` goes on
     its write buffer (step 5); on a failure they are unregistered again.
     ``rebuild_reason`` (a restore-mode switch, see :mod:`statestore.stores.metadata`)
     makes step 2 rebuild every partition's RocksDB from its changelog;

@@ -26,7 +26,7 @@ from typing import Protocol
 from changelog import AppendInfo, Log
 from changelog.record.control import ControlRecordType
 from statestore.errors import StateStoreError
-from statestore.stores.participant import Participant, Records
+from statestore.txn.participant import Participant, Records
 
 __all__ = ["BytesStore", "ChangeLogging", "prefix_upper_bound"]
 

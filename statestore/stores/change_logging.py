@@ -101,7 +101,6 @@ from statestore.errors import (
 )
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.lifecycle import StoreState, move
-from statestore.stores.participant import Records
 from statestore.stores.restore import (
     ProgressHook,
     RestorePlan,
@@ -110,6 +109,7 @@ from statestore.stores.restore import (
     restore_into,
 )
 from statestore.stores.time.layout import RecordFormat, changelog_records
+from statestore.txn.participant import Records
 
 __all__ = ["ChangeLoggingStore"]
 

@@ -29,7 +29,7 @@ from operator import itemgetter
 from changelog import Log
 from statestore.partitioner import murmur2
 from statestore.stores.bytes_store import BytesStore
-from statestore.stores.participant import Participant
+from statestore.txn.participant import Participant
 
 __all__ = ["PartitionedStore"]
 

@@ -73,7 +73,7 @@ from typing import Protocol
 import attrs
 
 from changelog import ChangelogError, Log, LogConfig
-from changelog.log import LocatedBatch
+from changelog.log.log import LocatedBatch
 from changelog.record.batch import decode_key_values, decode_records, key_value_pairs
 from statestore.config import RestoreMode
 from statestore.errors import AppliedOffsetMismatchError, RestoreError, StoreEngineError

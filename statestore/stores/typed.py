@@ -69,8 +69,8 @@ from statestore.errors import (
 from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.bytes_store import BytesStore, prefix_upper_bound
 from statestore.stores.lifecycle import StoreState, move
-from statestore.stores.participant import Committer, Participant
 from statestore.stores.reader import StoreReader
+from statestore.txn.participant import Committer, Participant
 
 if TYPE_CHECKING:
     from statestore.stores._put import Pending

@@ -19,7 +19,7 @@ commit lock, taken in (store, partition) order:
   T1. append each partition's writes as ONE transactional batch (our producer
       id and epoch, the partition's next sequence), not fsynced;
   T2. fsync every partition's changelog below its batch's end, the fsyncs
-      running at the same time (:func:`changelog.group_commit.sync_logs`, each
+      running at the same time (:func:`changelog.log.group_commit.sync_logs`, each
       through its log's group commit), whatever the flush policy: a decided
       transaction must not lose one partition's data to a power cut;
   T3. append the **PrepareCommit** record (this transaction's partitions with
@@ -110,7 +110,7 @@ log's group-commit fsyncs.  Each participant's ``commit_lock`` serializes
 commits of one partition (taken in (store, partition) order: no deadlock),
 hands itself to waiting committers in arrival order, and lets a one-partition
 committer whose writes another commit already carried return without a commit
-of its own (group commit of one store: :mod:`statestore.stores.commit_lock`);
+of its own (group commit of one store: :mod:`statestore.txn.commit_lock`);
 ``_lock`` guards ``_waiting``, the coordinator's log appends and ``_failed``,
 and is never held across an fsync; :attr:`~TransactionCoordinator.visibility`
 is held across T5 (RocksDB writes only) and by multi-partition readers while
@@ -142,16 +142,16 @@ from typing import Final
 import attrs
 
 from changelog import ChangelogError, Log, LogConfig
-from changelog.group_commit import sync_logs
 from changelog.limits import INT16_MAX
-from changelog.log import wall_clock_ms
-from changelog.log_dir import parse_topic_partition, peek_batch_headers
+from changelog.log.group_commit import sync_logs
+from changelog.log.log import wall_clock_ms
+from changelog.log.log_dir import parse_topic_partition, peek_batch_headers
 from changelog.record.control import ControlRecordType
 from statestore.errors import (
     TransactionCoordinatorError,
     TransactionStateMissingError,
 )
-from statestore.stores.participant import Participant, Records
+from statestore.txn.participant import Participant, Records
 from statestore.txn.record import (
     TRANSACTIONAL_ID,
     TransactionState,

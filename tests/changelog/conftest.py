@@ -11,7 +11,7 @@ import pytest
 from changelog.config import LogConfig
 
 if TYPE_CHECKING:
-    from changelog.log import Log
+    from changelog.log.log import Log
 
 START_MS = 1_700_000_000_000
 """Where :class:`FakeClock` starts (a realistic epoch time in milliseconds)."""
@@ -58,7 +58,7 @@ def small_config() -> LogConfig:
 @pytest.fixture
 def open_log(log_dir: Path, small_config: LogConfig, clock: FakeClock) -> Iterator[Log]:
     """A log on ``log_dir`` with ``small_config`` and the fake clock, closed afterwards."""
-    from changelog.log import Log  # noqa: PLC0415 - keep segment-only tests independent of the log
+    from changelog.log.log import Log  # noqa: PLC0415 - keep segment-only tests independent of the log
 
     log = Log.open(log_dir, small_config, clock)
     try:

@@ -1,4 +1,4 @@
-"""Group commit (:mod:`changelog.group_commit`): shared fsyncs, and nobody acknowledged early.
+"""Group commit (:mod:`changelog.log.group_commit`): shared fsyncs, and nobody acknowledged early.
 
 Three levels:
 
@@ -32,8 +32,8 @@ import pytest
 from changelog import LogConfig, LogFailedError, LogStorageError
 from changelog.errors import LogClosedError, OffsetOutOfRangeError
 from changelog.fs import files
-from changelog.group_commit import GroupCommit, sync_logs
-from changelog.log import Log
+from changelog.log.group_commit import GroupCommit, sync_logs
+from changelog.log.log import Log
 from tests.reliability.power_loss import Recorder
 
 THREADS = 16

@@ -27,7 +27,7 @@ from changelog.fs.checkpoint import (
     write_offset_checkpoint,
 )
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import decode_records, encode_batch, encode_records
 from changelog.segment.segment import LogSegment
 from tests.changelog.conftest import FakeClock, records
@@ -586,7 +586,7 @@ def test_crash_after_every_step_leaves_before_or_after(
 _WRITER = """
 import sys
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 
 log = Log.open(sys.argv[1], LogConfig(segment_bytes=4096, index_interval_bytes=256))
 n = log.log_end_offset

@@ -3,7 +3,7 @@
 The cleaner drops a group's emptied last batch (Kafka's rule), so a cleaned
 segment may end before the next one begins.  Before its swap it raises
 ``cleaner-swap-offset-checkpoint`` above the base offset of every segment it
-rewrote (S1b, :mod:`changelog.replace`); the loader accepts a hole after a
+rewrote (S1b, :mod:`changelog.log.replace`); the loader accepts a hole after a
 segment whose base offset is below it and refuses any other hole with a
 :class:`LogInconsistencyError` naming the file, the position and the offsets,
 having changed nothing.  A directory without any checkpoint of ours (a Kafka
@@ -36,8 +36,8 @@ from changelog.fs.checkpoint import (
     write_offset_checkpoint,
 )
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
-from changelog.load_plan import plan_load
-from changelog.log import Log
+from changelog.log.load_plan import plan_load
+from changelog.log.log import Log
 from changelog.segment.segment import LogSegment
 from tests.changelog.conftest import FakeClock
 

@@ -29,7 +29,7 @@ from changelog.errors import (
 from changelog.fs import files
 from changelog.fs.checkpoint import RECOVERY_POINT_CHECKPOINT
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
-from changelog.log import Log, parse_topic_partition
+from changelog.log.log import Log, parse_topic_partition
 from changelog.record.batch import encode_records
 from changelog.segment.segment import LogSegment
 from tests.changelog.conftest import FakeClock, records
@@ -85,7 +85,7 @@ def test_second_opener_gets_lock_error(log_dir: Path) -> None:
             Log.open(log_dir)
         assert str(os.getpid()) in str(info.value)
         code = (
-            "import sys\nfrom changelog.log import Log\nfrom changelog.errors import LogLockedError\n"
+            "import sys\nfrom changelog.log.log import Log\nfrom changelog.errors import LogLockedError\n"
             "try:\n    Log.open(sys.argv[1])\nexcept LogLockedError:\n    sys.exit(7)\n"
         )
         child = subprocess.run(

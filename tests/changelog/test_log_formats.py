@@ -8,7 +8,7 @@ import pytest
 
 from changelog.config import LogConfig
 from changelog.errors import InvalidRecordError
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import decode_header
 from changelog.record.compression import CODEC_NAMES
 from changelog.record.header import field_offset

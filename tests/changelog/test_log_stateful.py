@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from tests.changelog.conftest import FakeClock
 
 CONFIG = LogConfig(

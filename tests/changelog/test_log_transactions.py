@@ -9,7 +9,7 @@ import pytest
 from changelog.config import LogConfig
 from changelog.errors import CorruptRecordError, InvalidConfigError, InvalidProducerEpochError
 from changelog.fs import files
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.control import ControlRecordType
 from changelog.segment.txn_index import AbortedTxn
 from tests.changelog.conftest import FakeClock

@@ -9,7 +9,7 @@ import pytest
 
 from changelog import LogConfig
 from changelog.errors import LogLockedError, RepairRefusedError
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.control import ControlRecordType
 from changelog.repair.indexes import apply_index_rebuild, plan_index_rebuild
 from changelog.repair.truncate import apply_truncation, plan_torn_tail_drop, plan_truncation

@@ -25,7 +25,7 @@ from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.errors import ChangelogError
 from changelog.fs import files
-from changelog.log import Log
+from changelog.log.log import Log
 from tests.reliability.crash import fds_under
 
 CONFIG = LogConfig(

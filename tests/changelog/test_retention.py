@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from changelog.config import LogConfig
-from changelog.retention import (
+from changelog.log.retention import (
     log_start_offset_breached,
     retention_bytes_breached,
     retention_ms_breached,

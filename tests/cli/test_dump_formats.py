@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import encode_records
 from changelog.record.body import Record
 from statestore.cli.output import decode_for_display

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore import StateManager
 from statestore.cli import main
 from tests.cli.helpers import DELETED, QUIET, ROUNDS, USERS, live_users, run_cli, user

@@ -18,7 +18,7 @@ import msgpack
 import pytest
 
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore import AppliedOffsetMismatchError, StateManager
 from statestore.cli import main
 from statestore.config import RocksDBConfig, StoreConfig

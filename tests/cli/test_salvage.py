@@ -26,7 +26,7 @@ import pytest
 
 from changelog import LogConfig
 from changelog.errors import ChangelogError
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import decode_header
 from changelog.repair.salvage import plan_salvage
 from statestore import StateManager, StateManagerConfig

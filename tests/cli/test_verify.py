@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from changelog.errors import CorruptRecordError
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import decode_header
 from statestore import StateManager
 from statestore.errors import StoreLayoutError

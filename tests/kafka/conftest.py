@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.kafka.kafka_runtime import KafkaDist, fetch, missing_prerequisites
+from kafka_harness.kafka_runtime import KafkaDist, fetch, missing_prerequisites
 from tests.kafka.scenario import KafkaScenario, run_kafka_scenario
 
 _HERE = Path(__file__).resolve().parent

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from changelog.config import LogConfig
-from changelog.log import Log
-from scripts.kafka.dump_parser import DumpedFile, index_problems, parse_log_dump
-from scripts.kafka.kafka_runtime import KafkaDist
+from changelog.log.log import Log
+from kafka_harness.dump_parser import DumpedFile, index_problems, parse_log_dump
+from kafka_harness.kafka_runtime import KafkaDist
 from statestore.cli.progress import Progress
 from statestore.cli.verify import PartitionReport, verify_partition
 from tests.kafka.scenario import INDEX_INTERVAL_BYTES, SEGMENT_BYTES

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from scripts.kafka.broker import KafkaBroker
-from scripts.kafka.kafka_runtime import KafkaDist, KafkaRuntimeError
+from kafka_harness.broker import KafkaBroker
+from kafka_harness.kafka_runtime import KafkaDist, KafkaRuntimeError
 
 __all__ = [
     "BATCH_1",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import kafka_cleaner_bench as bench
-from scripts.kafka.kafka_runtime import KafkaDist
+from kafka_harness.kafka_runtime import KafkaDist
 
 pytestmark = pytest.mark.kafka
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from changelog.cleaner.clean import clean_log
-from changelog.log import Log
-from scripts.kafka.broker import KafkaBroker
-from scripts.kafka.kafka_runtime import KafkaDist
+from changelog.log.log import Log
+from kafka_harness.broker import KafkaBroker
+from kafka_harness.kafka_runtime import KafkaDist
 from tests.kafka.helpers import (
     Row,
     dump_partition,

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from changelog.fs import files
-from changelog.log import Log
-from scripts.kafka.dump_parser import parse_log_dump, parse_txn_index_dump
-from scripts.kafka.kafka_runtime import KafkaDist
+from changelog.log.log import Log
+from kafka_harness.dump_parser import parse_log_dump, parse_txn_index_dump
+from kafka_harness.kafka_runtime import KafkaDist
 from statestore.manager import StateManager
 from statestore.partitioner import partition_for
 from statestore.txn.coordinator import TRANSACTION_LOG_DIR

@@ -20,10 +20,10 @@ import pytest
 
 from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import LOG_APPEND_TIME, Compression, encode_batch, encode_records
 from changelog.record.body import Record
-from scripts.kafka.kafka_runtime import KafkaDist
+from kafka_harness.kafka_runtime import KafkaDist
 from statestore.cli.dump import DumpOptions, dump_paths
 
 pytestmark = pytest.mark.kafka

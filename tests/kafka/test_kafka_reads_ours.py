@@ -1,6 +1,6 @@
 """Kafka reads ours: Kafka's DumpLogSegments on segments and indexes written by ``changelog``.
 
-A log written by :class:`changelog.log.Log` (many segments, batches of 1-9
+A log written by :class:`changelog.log.log.Log` (many segments, batches of 1-9
 records, tombstones, timestamps that sometimes go backwards) and the same log
 after our cleaner: Kafka finds every batch valid, the same offsets, keys,
 values and timestamps as we wrote and read, and accepts our offset and time
@@ -17,9 +17,9 @@ import pytest
 
 from changelog.cleaner.clean import clean_log
 from changelog.config import CleanerConfig
-from changelog.log import Log
-from scripts.kafka.broker import KafkaBroker
-from scripts.kafka.kafka_runtime import KafkaDist
+from changelog.log.log import Log
+from kafka_harness.broker import KafkaBroker
+from kafka_harness.kafka_runtime import KafkaDist
 from tests.kafka.helpers import (
     Row,
     dump_partition,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from scripts.kafka import broker as broker_module
-from scripts.kafka import kafka_runtime
-from scripts.kafka.broker import KafkaBroker, running_broker
-from scripts.kafka.kafka_runtime import KafkaDist
+from kafka_harness import broker as broker_module
+from kafka_harness import kafka_runtime
+from kafka_harness.broker import KafkaBroker, running_broker
+from kafka_harness.kafka_runtime import KafkaDist
 
 pytestmark = pytest.mark.kafka
 

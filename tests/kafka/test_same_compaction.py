@@ -27,8 +27,8 @@ import pytest
 
 from changelog.cleaner.clean import clean_log
 from changelog.config import CleanerConfig
-from changelog.log import Log
-from scripts.kafka.kafka_runtime import KafkaDist
+from changelog.log.log import Log
+from kafka_harness.kafka_runtime import KafkaDist
 from tests.kafka.helpers import Row, dump_partition, kafka_rows, log_config, our_rows
 from tests.kafka.scenario import (
     BATCH_2,

@@ -14,10 +14,10 @@ import pytest
 from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
 from changelog.fs import files
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.control import ControlRecordType
-from scripts.kafka.dump_parser import parse_log_dump, parse_txn_index_dump
-from scripts.kafka.kafka_runtime import KafkaDist
+from kafka_harness.dump_parser import parse_log_dump, parse_txn_index_dump
+from kafka_harness.kafka_runtime import KafkaDist
 from tests.kafka.helpers import segment_files
 from tests.kafka.scenario import copy_partition
 from tests.kafka.txn_scenario import TxnScenario, run_txn_scenario

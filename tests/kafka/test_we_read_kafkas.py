@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from changelog.log import Log
-from scripts.kafka.kafka_runtime import KafkaDist
+from changelog.log.log import Log
+from kafka_harness.kafka_runtime import KafkaDist
 from tests.kafka.helpers import (
     dump_partition,
     kafka_rows,

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from scripts.kafka.broker import KafkaBroker
-from scripts.kafka.kafka_runtime import KafkaDist, KafkaRuntimeError
+from kafka_harness.broker import KafkaBroker
+from kafka_harness.kafka_runtime import KafkaDist, KafkaRuntimeError
 from tests.kafka.scenario import copy_partition, read_kafka_checkpoint
 
 __all__ = ["SCRIPT", "TOPIC", "TxnScenario", "run_txn_scenario", "script_lines"]

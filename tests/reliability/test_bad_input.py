@@ -24,7 +24,7 @@ from changelog.errors import (
     LogClosedError,
     RecordTooLargeError,
 )
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.config import RocksDBConfig, StoreConfig
 from statestore.errors import (
     InvalidStateStoreError,

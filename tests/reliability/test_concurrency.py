@@ -30,7 +30,7 @@ from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.cleaner.service import CleanerService
 from changelog.errors import LogLockedError
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.errors import StateDirLockedError
 from statestore.manager import StateManager
 from tests.reliability import stats

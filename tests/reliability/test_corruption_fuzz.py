@@ -57,7 +57,7 @@ from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.errors import ChangelogError
 from changelog.fs.checkpoint import CLEANER_SWAP_CHECKPOINT, read_checkpoint
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.cli.progress import Progress
 from statestore.cli.verify import verify_partition
 from tests.reliability import stats

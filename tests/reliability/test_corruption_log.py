@@ -25,7 +25,7 @@ import pytest
 from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.errors import CorruptDataError, CorruptRecordError
-from changelog.log import Log
+from changelog.log.log import Log
 from tests.reliability import stats
 from tests.reliability.crash import abandon_dir
 from tests.reliability.model import commit_ops

@@ -31,7 +31,7 @@ from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.errors import ChangelogError
 from changelog.fs.checkpoint import CLEANER_SWAP_CHECKPOINT
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import encode_batch
 from tests.reliability import stats
 from tests.reliability.conftest import SOAK_SCALE

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from changelog import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.manager import StateManager
 from tests.reliability import stats
 from tests.reliability.model import ModelCache, seq_of

@@ -42,7 +42,7 @@ from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.errors import ChangelogError, LogFailedError
 from changelog.fs import files
-from changelog.log import Log
+from changelog.log.log import Log
 from tests.reliability import stats
 from tests.reliability.conftest import SOAK_SCALE
 from tests.reliability.crash import fds_under

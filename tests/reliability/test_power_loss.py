@@ -38,7 +38,7 @@ from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.fs import files
 from changelog.fs.checkpoint import CLEANER_SWAP_CHECKPOINT
-from changelog.log import Log
+from changelog.log.log import Log
 from tests.reliability import stats
 from tests.reliability.conftest import SOAK_SCALE
 from tests.reliability.crash import abandon_dir

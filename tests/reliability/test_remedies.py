@@ -39,7 +39,7 @@ import pytest
 from changelog import LogConfig
 from changelog.errors import ChangelogError, LogStorageError, RepairRefusedError
 from changelog.fs.files import SimulatedCrash, inject_faults
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.repair.indexes import apply_index_rebuild, plan_index_rebuild
 from changelog.repair.truncate import apply_truncation, plan_torn_tail_drop, plan_truncation
 from statestore import StateManager

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from changelog.errors import ChangelogError, CorruptDataError, RepairRefusedError
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.repair.truncate import apply_truncation, plan_torn_tail_drop, plan_truncation
 from statestore.cli.progress import Progress
 from statestore.cli.verify import verify_partition

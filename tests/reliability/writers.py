@@ -14,7 +14,7 @@ from typing import Any, Literal
 from changelog import CleanerConfig, LogConfig
 from changelog.cleaner.clean import clean_log
 from changelog.errors import CleanerAbortedError, LogClosedError
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.testing import Reporter
 from tests.reliability.model import apply, commit_ops, seq_of
 

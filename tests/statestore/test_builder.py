@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.config import RocksDBConfig, StoreConfig
 from statestore.errors import RestoreError
 from statestore.serdes import MsgpackSerde, StringSerde

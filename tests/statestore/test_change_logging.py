@@ -17,7 +17,7 @@ import pytest
 from changelog.config import LogConfig
 from changelog.fs import files
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.config import RocksDBConfig
 from statestore.errors import (
     CommitFailedError,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from changelog.fs import files
-from statestore.stores.commit_lock import CommitLock
+from statestore.txn.commit_lock import CommitLock
 from tests.statestore.conftest import OpenManager
 
 TIMEOUT_S = 60.0

@@ -14,7 +14,7 @@ import attrs
 import pytest
 
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.config import RestoreMode, StoreConfig
 from statestore.errors import AppliedOffsetMismatchError, RestoreError
 from statestore.stores.restore import check_applied_offset

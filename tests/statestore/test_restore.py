@@ -16,7 +16,7 @@ import pytest
 
 from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.config import RestoreMode, RocksDBConfig, StoreConfig
 from statestore.errors import AppliedOffsetMismatchError
 from statestore.serdes import BytesSerde

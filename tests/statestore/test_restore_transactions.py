@@ -15,7 +15,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.control import ControlRecordType
 from statestore import StateManager
 from statestore.config import StoreConfig

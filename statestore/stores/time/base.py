@@ -30,10 +30,10 @@ from statestore.errors import (
 )
 from statestore.serdes import Serde
 from statestore.stores.lifecycle import StoreState
-from statestore.stores.participant import Participant
 from statestore.stores.time.layout import TIMESTAMP
 from statestore.stores.time.segments import STREAM_TIME_KEY
 from statestore.stores.typed import KeyValueStore
+from statestore.txn.participant import Participant
 
 __all__ = ["StreamTimeStore", "TimeStoreBase"]
 

@@ -21,7 +21,7 @@ from changelog.cleaner.offset_map import SLOT_BYTES, OffsetMap
 from changelog.config import CleanerConfig, LogConfig
 from changelog.errors import CleanerAbortedError, CorruptRecordError, LogClosedError
 from changelog.fs import files
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.batch import BatchHeader
 
 T0 = 1_700_000_000_000

@@ -18,7 +18,7 @@ import pytest
 from changelog.cleaner.clean import clean_log
 from changelog.cleaner.offset_map import SLOT_BYTES, OffsetMap
 from changelog.config import CleanerConfig, LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 
 T0 = 1_700_000_000_000
 

@@ -23,7 +23,7 @@ from changelog.cleaner import clean as clean_module
 from changelog.cleaner.clean import SegmentEvidence, clean_log
 from changelog.cleaner.offset_map import OffsetMap
 from changelog.config import CleanerConfig, LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 
 T0 = 1_700_000_000_000
 

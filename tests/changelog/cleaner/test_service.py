@@ -30,7 +30,7 @@ from changelog.cleaner.service import (
 )
 from changelog.config import CleanerConfig, LogConfig
 from changelog.errors import ChangelogError, CleanerAbortedError, CorruptRecordError
-from changelog.log import Log
+from changelog.log.log import Log
 
 T0 = 1_700_000_000_000
 

@@ -24,7 +24,7 @@ from changelog.cleaner.clean import clean_log
 from changelog.cleaner.offset_map import SLOT_BYTES, OffsetMap
 from changelog.config import LogConfig
 from changelog.fs import files
-from changelog.log import Log
+from changelog.log.log import Log
 
 T0 = 1_700_000_000_000
 RETENTION_MS = 1000

@@ -15,7 +15,7 @@ import pytest
 
 from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.control import ControlRecordType
 from tests.changelog.conftest import FakeClock
 

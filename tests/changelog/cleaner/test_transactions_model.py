@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from changelog.record.control import ControlRecordType, read_marker
 from tests.changelog.conftest import FakeClock
 

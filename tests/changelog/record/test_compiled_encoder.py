@@ -150,7 +150,7 @@ def test_require_keys_keeps_a_bad_pair_error() -> None:
 def test_a_compacted_log_refuses_a_record_without_a_key_and_writes_nothing(
     tmp_path: Any, compact: bool
 ) -> None:
-    from changelog.log import Log  # noqa: PLC0415
+    from changelog.log.log import Log  # noqa: PLC0415
 
     config = LogConfig(cleanup_policy="compact" if compact else "delete")
     with Log.open(tmp_path / "t-0", config=config) as log:
@@ -191,7 +191,7 @@ def test_a_dict_keeps_the_typed_errors() -> None:
 
 
 def test_log_append_takes_a_dict(tmp_path: Any) -> None:
-    from changelog.log import Log  # noqa: PLC0415
+    from changelog.log.log import Log  # noqa: PLC0415
 
     with Log.open(tmp_path / "t-0", config=LogConfig()) as log:
         info = log.append({b"k": b"v", b"gone": None})

@@ -1,6 +1,6 @@
 """One Kafka 4.x broker for every distributed-mode test (a session fixture), and worker processes.
 
-The broker (``scripts/kafka/pom-4.xml``, KIP-848 groups) runs with group and
+The broker (``kafka_harness/pom-4.xml``, KIP-848 groups) runs with group and
 transaction timers shortened so that rebalances and the abort of a dead
 process's transaction take seconds, not the defaults' 45 s and more:
 
@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from examples.balances.cluster_demo import FAST_GROUP_BROKER_SETTINGS
-from scripts.kafka.broker import KafkaBroker
-from scripts.kafka.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch, missing_prerequisites
+from kafka_harness.broker import KafkaBroker
+from kafka_harness.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch, missing_prerequisites
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmarks.cluster_bench import case_eos, case_restore, case_restore_partitions
 from benchmarks.stream_bench import bench
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 
 
 def test_cluster_bench_cases_run(cluster: KafkaBroker) -> None:

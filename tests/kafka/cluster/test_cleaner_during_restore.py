@@ -14,7 +14,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.config import RocksDBConfig
 from statestore.kafka import ChangelogTopicConfig, ensure_changelog_topic
 from statestore.kafka.restore import restore_partition

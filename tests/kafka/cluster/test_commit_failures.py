@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.kafka import (
     ChangelogTopicMismatchError,
     FatalCommitError,

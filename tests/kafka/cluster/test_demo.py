@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from examples.balances.cluster_demo import run_demo
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 
 
 def test_demo_cluster_verifies(cluster: KafkaBroker, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from examples.balances import cluster as balances
 from examples.balances.transactions import generate
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from tests.kafka.cluster.helpers import feed_until, has_event, wait_caught_up
 
 

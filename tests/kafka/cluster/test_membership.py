@@ -12,7 +12,7 @@ import pytest
 
 from examples.balances import cluster as balances
 from examples.balances.transactions import generate
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.kafka import KafkaClientError, Processor, RebalanceEvent
 from tests.kafka.cluster.helpers import wait_caught_up
 from tests.kafka.cluster.oracle import PARTITIONS, App, run_until

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.kafka import ProcessingError, log_and_continue
 from tests.kafka.cluster.oracle import (
     App,

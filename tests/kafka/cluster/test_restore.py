@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from examples.balances import cluster as balances
 from examples.balances.transactions import generate
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.kafka import changelog_topic_name
 from statestore.serdes import IntSerde
 from tests.kafka.cluster.helpers import wait_caught_up

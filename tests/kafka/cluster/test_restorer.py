@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.kafka import (
     ChangelogTopicConfig,
     CommitResult,

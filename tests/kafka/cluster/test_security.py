@@ -36,8 +36,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from scripts.kafka.broker import KafkaBroker
-from scripts.kafka.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch, missing_prerequisites
+from kafka_harness.broker import KafkaBroker
+from kafka_harness.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch, missing_prerequisites
 from statestore.kafka import AuthorizationFailedError, SecurityConfig, changelog_topic_name
 from tests.kafka.cluster.conftest import BROKER_OVERRIDES
 from tests.kafka.cluster.oracle import PARTITIONS, App, run_until

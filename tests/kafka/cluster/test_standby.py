@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 
 from examples.balances import cluster as balances
 from examples.balances.transactions import generate
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.kafka import changelog_topic_name
 from statestore.kafka.standby import standby_partitions
 from statestore.kafka.topics import watermarks

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.kafka import ChangelogTopicMismatchError, changelog_topic_name
 from tests.kafka.cluster.conftest import Worker
 from tests.kafka.cluster.oracle import run_until

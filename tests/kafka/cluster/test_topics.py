@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore.kafka import (
     ChangelogTopicConfig,
     ChangelogTopicMismatchError,

@@ -40,7 +40,7 @@ import attrs
 import httpx
 import pytest
 
-from scripts.kafka.broker import KafkaBroker, free_port
+from kafka_harness.broker import KafkaBroker, free_port
 from statestore.partitioner import partition_for
 
 REPO = Path(__file__).resolve().parents[3]

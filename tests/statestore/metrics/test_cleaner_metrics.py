@@ -12,7 +12,7 @@ import pytest
 from changelog.cleaner.manager import log_to_clean
 from changelog.cleaner.service import CleanerService
 from changelog.config import CleanerConfig, LogConfig
-from changelog.log import Log
+from changelog.log.log import Log
 from statestore.metrics import MetricsRegistry, nest_samples, register_cleaner_metrics
 
 T0 = 1_700_000_000_000

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from changelog import Log
-from changelog.isolation import READ_UNCOMMITTED
+from changelog.log.isolation import READ_UNCOMMITTED
 from statestore.errors import InvalidStateStoreError, TransactionLogCorruptError
 from statestore.manager import StateManager
 from statestore.txn.coordinator import TRANSACTION_LOG_DIR

@@ -9,7 +9,7 @@ brackets; ``docs/recovery.md`` tells the whole story):
 
 * append: A1 write the batch with one ``write`` [L8 cuts a torn tail];
   A2 fsync the ``.log`` when the flush policy says so, by group commit
-  (:mod:`changelog.group_commit`): after ``lock`` is released, one fsync by
+  (:mod:`changelog.log.group_commit`): after ``lock`` is released, one fsync by
   a leader covers every batch appended before it started.  A transactional
   batch (:meth:`Log.append_transactional`) is an append like any other; it
   opens its producer's transaction in the producer state [L10 rebuilds it].
@@ -30,7 +30,7 @@ brackets; ``docs/recovery.md`` tells the whole story):
 * retention: D1 rename each deleted segment's files to ``.deleted``, oldest
   first [L2, L6]; D2 remove them after ``file_delete_delay_ms`` [L2]; D3 the log
   start offset moves to the first remaining segment [L9].
-* replace (Kafka's ``replaceSegments``): S0-S6 [L2-L5], in :mod:`changelog.replace`.
+* replace (Kafka's ``replaceSegments``): S0-S6 [L2-L5], in :mod:`changelog.log.replace`.
 * close: C1 flush the active segment; C2 write the recovery-point checkpoint;
   C3 write the log-start-offset checkpoint; C4 remove pending ``.deleted``
   files [L2]; C5 write the clean-shutdown marker [L11 deletes it; its absence
@@ -68,7 +68,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from changelog.append_info import AppendInfo
 from changelog.config import LogConfig
 from changelog.errors import (
     InvalidProducerEpochError,
@@ -82,18 +81,26 @@ from changelog.errors import (
 from changelog.fs import files
 from changelog.fs.checkpoint import LEADER_EPOCH_CHECKPOINT, read_leader_epochs
 from changelog.fs.lock import DirectoryLock
-from changelog.group_commit import GroupCommit
-from changelog.isolation import READ_COMMITTED, IsolationLevel, check_isolation, committed_batches
-from changelog.loader import LoadedLog
-from changelog.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
-from changelog.log_reader import (
+from changelog.log.append_info import AppendInfo
+from changelog.log.group_commit import GroupCommit
+from changelog.log.isolation import (
+    READ_COMMITTED,
+    IsolationLevel,
+    check_isolation,
+    committed_batches,
+)
+from changelog.log.loader import LoadedLog
+from changelog.log.log_dir import close_partition_dir, open_partition_dir, parse_topic_partition
+from changelog.log.log_reader import (
     LocatedBatch,
     located_batches,
     open_snapshot,
     records_in_range,
 )
-from changelog.log_segments import LogSegments
-from changelog.producer_state import rebuild_producer_state
+from changelog.log.log_segments import LogSegments
+from changelog.log.producer_state import rebuild_producer_state
+from changelog.log.recovery_point import RecoveryPoint
+from changelog.log.replace import prepare_replace, replace_segments
 from changelog.record.batch import (
     PARTITION_LEADER_EPOCH,
     BatchHeader,
@@ -105,8 +112,6 @@ from changelog.record.batch import (
 )
 from changelog.record.compression import compression_for
 from changelog.record.control import ControlRecordType, encode_marker_batch, read_marker
-from changelog.recovery_point import RecoveryPoint
-from changelog.replace import prepare_replace, replace_segments
 from changelog.segment.segment import LogSegment
 from changelog.segment.txn_index import AbortedTxn, collect_aborted
 
@@ -439,7 +444,7 @@ class Log:
         ``defer_flush`` it returns without waiting; ``AppendInfo.flush_due``
         then says whether the policy wants it fsynced, which the caller does
         with :meth:`sync_to` before acknowledging (a transaction's data round
-        syncs its logs together, :func:`~changelog.group_commit.sync_logs`),
+        syncs its logs together, :func:`~changelog.log.group_commit.sync_logs`),
         or else the next append (or flush) of this log does.
         """
         self._check_open()
@@ -686,7 +691,7 @@ class Log:
         """Return once every offset below ``offset`` is fsynced (A2 by group commit).
 
         Whatever the flush policy says: an explicit request.  Threads share
-        the fsync (:class:`~changelog.group_commit.GroupCommit`): a caller
+        the fsync (:class:`~changelog.log.group_commit.GroupCommit`): a caller
         already covered returns at once, one covered by a flush in progress
         waits for it, and otherwise it fsyncs the ``.log`` (without ``lock``)
         for itself and every batch appended so far.  Returns whether this
@@ -781,14 +786,14 @@ class Log:
 
         Stops before the first batch whose base offset is ``>= max_offset``.
         CRC-checked; the first batch may start before ``start_offset`` (batches
-        are never split).  Reads a snapshot (:mod:`changelog.log_reader`),
+        are never split).  Reads a snapshot (:mod:`changelog.log.log_reader`),
         unaffected by later appends, swaps or deletions, whose descriptors stay
         open until the iterator is exhausted or closed.  The bulk path of
         restore and dump: no per-record work.
 
         ``read_committed`` (the default) yields data batches only, below the
         last stable offset, without aborted transactions
-        (:mod:`changelog.isolation`); ``read_uncommitted`` yields every batch,
+        (:mod:`changelog.log.isolation`); ``read_uncommitted`` yields every batch,
         control batches included.
         """
         located = self._located_batches(start_offset, max_offset, check_isolation(isolation))
@@ -843,7 +848,7 @@ class Log:
         a batch that fails its CRC or framing.  Control batches are skipped.
         ``read_committed`` (the default) reads below the last stable offset
         and skips aborted transactions; ``read_uncommitted`` reads every data
-        record (Kafka's consumer default; :mod:`changelog.isolation`).
+        record (Kafka's consumer default; :mod:`changelog.log.isolation`).
         """
         located = self._located_batches(start_offset, max_offset, check_isolation(isolation))
         yield from records_in_range(located, start_offset, max_offset)
@@ -890,7 +895,7 @@ class Log:
             return self._log_end_offset
 
     def delete_old_segments(self) -> int:
-        """Apply retention (see :mod:`changelog.retention`); returns the number of segments deleted."""
+        """Apply retention (see :mod:`changelog.log.retention`); returns the number of segments deleted."""
         with self.lock:
             self._check_open()
             with self._fatal_on_storage_error():
@@ -915,7 +920,7 @@ class Log:
     ) -> None:
         """Swap ``new_segments`` (files suffixed ``.cleaned``) in for ``old_segments``.
 
-        Kafka's ``LocalLog.replaceSegments``, steps S0-S6 (:mod:`changelog.replace`):
+        Kafka's ``LocalLog.replaceSegments``, steps S0-S6 (:mod:`changelog.log.replace`):
         a crash at any step leaves either the old or the new segments after
         the loader has run.  ``before_swap`` is step S1b, called under
         ``Log.lock`` once the new segments are flushed and before any of them

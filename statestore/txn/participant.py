@@ -21,7 +21,7 @@ from typing import Protocol
 
 from changelog import AppendInfo, Log
 from changelog.record.control import ControlRecordType
-from statestore.stores.commit_lock import CommitLock
+from statestore.txn.commit_lock import CommitLock
 
 __all__ = ["Committer", "Participant", "Records"]
 

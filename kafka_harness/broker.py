@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from scripts.kafka.kafka_runtime import (
+from kafka_harness.kafka_runtime import (
     BROKER_JVM_OPTS,
     BROKER_MAIN,
     CONSOLE_CONSUMER,

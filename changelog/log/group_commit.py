@@ -19,7 +19,7 @@ While a leader fsyncs (the GIL is released), other threads keep appending;
 the next leader's one fsync covers all of them.  N threads therefore need
 about one fsync per *round*, not per commit.
 
-Failure (the log's failed-state rules, :mod:`changelog.log`): a flush that
+Failure (the log's failed-state rules, :mod:`changelog.log.log`): a flush that
 raises fails the group for good.  The leader gets its error; every waiter,
 and every later caller, gets :class:`~changelog.errors.LogFailedError` (or
 what the ``check`` callback raises: the log's own failed or closed state).

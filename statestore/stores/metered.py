@@ -43,9 +43,9 @@ from changelog.record.control import ControlRecordType
 from statestore.metrics.definitions import by_name
 from statestore.metrics.registry import Counter, MetricsRegistry, Tags
 from statestore.stores.bytes_store import BytesStore
-from statestore.stores.commit_lock import CommitLock
-from statestore.stores.participant import Participant, Records
 from statestore.stores.restore import ProgressHook, RestoreProgress, RestoreResult
+from statestore.txn.commit_lock import CommitLock
+from statestore.txn.participant import Participant, Records
 
 __all__ = ["MeteredParticipant", "MeteredStore", "PartitionMetrics", "partition_tags"]
 
@@ -317,7 +317,7 @@ class MeteredStore:
 
 
 class MeteredParticipant:
-    """A partition's :class:`~statestore.stores.participant.Participant`, its commits counted.
+    """A partition's :class:`~statestore.txn.participant.Participant`, its commits counted.
 
     A one-partition commit (:meth:`write`) is timed from start to end; a
     transaction's part is timed from its transactional append to its apply

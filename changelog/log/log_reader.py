@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from changelog.errors import CorruptDataError
-from changelog.log_segments import LogSegments
+from changelog.log.log_segments import LogSegments
 from changelog.record.batch import BatchHeader, Record, decode_records
 from changelog.segment.segment import SegmentReader
 

@@ -1,13 +1,13 @@
-"""Recovery at open: carry out the plan of :mod:`changelog.load_plan`, pass by pass.
+"""Recovery at open: carry out the plan of :mod:`changelog.log.load_plan`, pass by pass.
 
-This is Kafka's ``LogLoader``, split in two.  :func:`changelog.load_plan.plan_load`
+This is Kafka's ``LogLoader``, split in two.  :func:`changelog.log.load_plan.plan_load`
 reads the directory and decides every pass without changing a byte (and
 raises the typed error a damaged directory gets, so a refused open changes
 nothing); :func:`load_log` then runs the decided steps.  Each pass undoes or
 completes one step of a protocol that may have been cut short by a crash; the
 steps are numbered in ``docs/recovery.md`` and in the code that runs them
 (``Log.roll``, ``Log.close``, ``Log.truncate_to``, ``Log.delete_old_segments``,
-:func:`changelog.replace.replace_segments`, :func:`changelog.files.atomic_write`):
+:func:`changelog.log.replace.replace_segments`, :func:`changelog.files.atomic_write`):
 
 ====  ===============================================================  ======================
 pass  what it does                                                     finishes or undoes
@@ -57,8 +57,8 @@ from changelog.config import LogConfig
 from changelog.fs import files
 from changelog.fs.checkpoint import write_offset_checkpoint
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
-from changelog.load_plan import LoadPlan, plan_load
-from changelog.producer_state import ProducerState, rebuild_producer_state
+from changelog.log.load_plan import LoadPlan, plan_load
+from changelog.log.producer_state import ProducerState, rebuild_producer_state
 from changelog.segment.segment import LogSegment
 
 __all__ = [

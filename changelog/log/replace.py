@@ -3,7 +3,7 @@
 The cleaner writes the new segments with the file suffix ``.cleaned`` and then
 calls ``Log.replace_segments``, which holds ``Log.lock`` and runs
 :func:`replace_segments`.  Each step, and the loader pass that finishes or
-undoes it after a crash (:mod:`changelog.loader`, ``docs/recovery.md``):
+undoes it after a crash (:mod:`changelog.log.loader`, ``docs/recovery.md``):
 
 ====  ===================================================================  ==================
 step  what it does                                                         after a crash

@@ -1,8 +1,8 @@
 """Recovery at open, decided read-only: every change the loader will make, or the error it raises.
 
 :func:`plan_load` reads a partition directory and decides, pass by pass (the
-passes L1-L10 of :mod:`changelog.loader`), what recovery must do, without
-changing a byte.  :func:`changelog.loader.load_log` then carries the plan out,
+passes L1-L10 of :mod:`changelog.log.loader`), what recovery must do, without
+changing a byte.  :func:`changelog.log.loader.load_log` then carries the plan out,
 and ``statestore verify`` prints it.  So a refused open has changed nothing
 on disk (not even an index), and verify's verdict is open's verdict.
 
@@ -29,7 +29,7 @@ a checkpoint that disagrees with the segments          :class:`CheckpointMismatc
 =====================================================  ===================================
 
 The cross-checks behind the last row, each an invariant of the writers
-(``changelog/log.py``): the log start offset only moves to the first segment's
+(``changelog/log/log.py``): the log start offset only moves to the first segment's
 base offset (retention, D3), so ``log-start-offset-checkpoint`` is never above
 the first base offset, and equals it after a clean shutdown (C3); the
 recovery point is never above the durable log end offset (R4 after R3, C2 after
@@ -93,7 +93,7 @@ from changelog.fs.checkpoint import (
     read_checkpoint,
 )
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
-from changelog.producer_state import ProducerState, replay_segment
+from changelog.log.producer_state import ProducerState, replay_segment
 from changelog.record.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -944,7 +944,7 @@ def _check_contiguous(
 
     The cleaner drops a group's emptied last batch (Kafka's rule), so a cleaned segment may
     end before the next one begins; before its swap it raises the swap checkpoint above the
-    base offset of every segment it rewrote (step S1b of :mod:`changelog.replace`).  So a
+    base offset of every segment it rewrote (step S1b of :mod:`changelog.log.replace`).  So a
     hole after a segment whose base offset is below the swap checkpoint is compaction's, and
     any other hole is damage (a closed segment cut at a batch boundary, a middle segment lost
     with all its files).  A ``foreign`` directory (none of our checkpoints: a Kafka broker's

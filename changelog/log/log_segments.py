@@ -2,9 +2,9 @@
 
 The list is ordered by base offset; its last segment is the *active segment*.
 Segments leave it in three ways, each a numbered step of a crash protocol
-(``changelog/log.py``): truncation drops a suffix, newest first (T1);
+(``changelog/log/log.py``): truncation drops a suffix, newest first (T1);
 retention drops a prefix, oldest first (D1); the cleaner's swap replaces a run
-(S4, :mod:`changelog.replace`).  Either way the segment's files are renamed to
+(S4, :mod:`changelog.log.replace`).  Either way the segment's files are renamed to
 ``.deleted`` at once and removed ``file_delete_delay_ms`` later (D2), or at
 close (C4); readers that pinned a descriptor keep reading the deleted file.
 After a crash the loader deletes leftover ``.deleted`` files (pass L2).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from changelog.config import LogConfig
 from changelog.fs import files
-from changelog.retention import segments_to_delete
+from changelog.log.retention import segments_to_delete
 from changelog.segment.segment import LogSegment
 
 __all__ = ["LogSegments"]

@@ -1,19 +1,19 @@
 """Run a pinned Apache Kafka release from Maven Central: its tools and a one-node KRaft broker.
 
 Used by the conformance tests in ``tests/kafka/`` and by hand through
-``scripts/kafka/kafka`` (``fetch``, ``smoke``, ``broker``, ``dump``).  Everything runs Kafka's
+``kafka_harness/kafka`` (``fetch``, ``smoke``, ``broker``, ``dump``).  Everything runs Kafka's
 own code, unmodified:
 
 * :func:`fetch` resolves the broker artifact ``org.apache.kafka:kafka_2.13`` and
-  ``kafka-tools`` (pinned in ``scripts/kafka/pom.xml``) with their runtime
+  ``kafka-tools`` (pinned in ``kafka_harness/pom.xml``) with their runtime
   dependencies through ``mvn dependency:build-classpath``.  The jars stay in the
   local Maven repository (``~/.m2``); the resolved classpath is cached in
   ``.cache/kafka/<version>/classpath.txt`` so later runs do not start Maven.
 * :class:`KafkaDist` runs one of Kafka's command-line tools (``StorageTool``,
   ``DumpLogSegments``, ``TopicCommand``, ``ConsoleProducer``, ``ConsoleConsumer``)
   as ``java -cp <classpath> <main class>``.
-* :mod:`scripts.kafka.broker` runs a one-node KRaft broker with them, and
-  :mod:`scripts.kafka.cli` is the command line (``scripts/kafka/kafka``).
+* :mod:`kafka_harness.broker` runs a one-node KRaft broker with them, and
+  :mod:`kafka_harness.cli` is the command line (``kafka_harness/kafka``).
 
 Threads: :class:`KafkaDist` is immutable; each call runs its own process.
 """
@@ -50,14 +50,14 @@ __all__ = [
 ]
 
 KAFKA_VERSION: Final = "3.9.2"
-"""The Apache Kafka release under test; keep in step with ``scripts/kafka/pom.xml``."""
+"""The Apache Kafka release under test; keep in step with ``kafka_harness/pom.xml``."""
 
 CLUSTER_KAFKA_VERSION: Final = "4.4.0"
 """The 4.x release the distributed mode is tested on (KIP-848 groups, transactions v2);
-keep in step with ``scripts/kafka/pom-4.xml``.  The file-format conformance tests stay
+keep in step with ``kafka_harness/pom-4.xml``.  The file-format conformance tests stay
 on :data:`KAFKA_VERSION`."""
 
-REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 POM: Final = Path(__file__).resolve().with_name("pom.xml")
 POM_4: Final = Path(__file__).resolve().with_name("pom-4.xml")
 """Kafka 4.x logs through log4j2: another logging binding, so another POM."""

@@ -1,4 +1,4 @@
-"""The command line behind ``scripts/kafka/kafka``: fetch, smoke (timed), broker, dump."""
+"""The command line behind ``kafka_harness/kafka``: fetch, smoke (timed), broker, dump."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from scripts.kafka.broker import KafkaBroker, running_broker
-from scripts.kafka.kafka_runtime import fetch
+from kafka_harness.broker import KafkaBroker, running_broker
+from kafka_harness.kafka_runtime import fetch
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the exit status."""
-    parser = argparse.ArgumentParser(prog="scripts/kafka/kafka", description=__doc__)
+    parser = argparse.ArgumentParser(prog="kafka_harness/kafka", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("fetch", help="resolve the pinned Kafka with Maven; print the classpath file")
     smoke = sub.add_parser("smoke", help="time fetch, format, start, produce, consume, stop, dump")

@@ -3,7 +3,7 @@
 Opening runs, in order: parse the name; create the directory if it is missing
 and any missing parent (fsyncing each parent, so the new entries survive a power cut); take the directory
 lock (:mod:`changelog.fs.lock`); run the loader's recovery passes
-(:mod:`changelog.loader`).  If anything after the lock fails, the lock is
+(:mod:`changelog.log.loader`).  If anything after the lock fails, the lock is
 released again.  Closing writes what the next open trusts: steps C3-C5 of
 ``Log.close`` (the clean-shutdown marker last, so a crash before it makes the
 next open recover).
@@ -27,8 +27,8 @@ from changelog.fs.checkpoint import LOG_START_OFFSET_CHECKPOINT, write_offset_ch
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE
 from changelog.fs.lock import DirectoryLock
 from changelog.limits import INT32_MAX
-from changelog.loader import LoadedLog, load_log
-from changelog.log_segments import LogSegments
+from changelog.log.loader import LoadedLog, load_log
+from changelog.log.log_segments import LogSegments
 from changelog.record.header import HEADER, BatchHeader
 from changelog.record.reader import decode_header
 

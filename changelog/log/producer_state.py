@@ -3,7 +3,7 @@
 Kafka keeps this in ``ProducerStateManager`` and snapshots it to
 ``<offset>.snapshot`` files so that a broker need not re-read the log at
 start.  **We keep no snapshot file: the loader rebuilds the state from the
-segments at every open** (pass L11, :func:`changelog.loader.load_log`), reading
+segments at every open** (pass L11, :func:`changelog.log.loader.load_log`), reading
 only batch headers, plus the one small record of each control batch.  Why:
 
 * it is the only version of the state that cannot disagree with the log (a
