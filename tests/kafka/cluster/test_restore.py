@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -12,8 +13,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from examples.balances import cluster as balances
 from examples.balances.transactions import generate
 from kafka_harness.broker import KafkaBroker
+from statestore.config import RocksDBConfig
 from statestore.kafka import changelog_topic_name
+from statestore.kafka.restore import stored_applied_time_ms
 from statestore.serdes import IntSerde
+from statestore.stores.engine import RocksDBEngine
 from tests.kafka.cluster.helpers import wait_caught_up
 
 
@@ -27,10 +31,41 @@ def _run_until_restored(workers: Callable[..., Any], app: str, partitions: int, 
     return worker
 
 
-def test_stale_state_restores_fully(cluster: KafkaBroker, workers: Callable[..., Any]) -> None:
+def _applied_times_ms(state_dir: Path, partitions: int) -> list[int | None]:
+    """The applied time each partition's RocksDB holds: what the next restore judges by.
+
+    Read with the worker stopped (RocksDB allows one process at a time)."""
+    stamps = []
+    for p in range(partitions):
+        (path,) = state_dir.rglob(f"{balances.STORE_NAME}-{p}")
+        engine = RocksDBEngine.open(path, config=RocksDBConfig(), cache=None)
+        try:
+            stamps.append(stored_applied_time_ms(engine))
+        finally:
+            engine.close()
+    return stamps
+
+
+def _wait_older_than(stamps_ms: list[int], horizon_ms: int, timeout_s: float = 60) -> None:
+    """Until every stamp is more than ``horizon_ms`` old by the wall clock (the clock the
+    restore decision reads), with a deadline."""
+    deadline = time.monotonic() + horizon_ms / 1000 + timeout_s
+    while time.time() * 1000 - max(stamps_ms) <= horizon_ms:
+        assert time.monotonic() < deadline, (stamps_ms, horizon_ms, time.time())
+        time.sleep(0.05)
+
+
+def test_stale_state_restores_fully(
+    cluster: KafkaBroker, workers: Callable[..., Any], tmp_path: Path
+) -> None:
     app = "stale"
     bootstrap = cluster.bootstrap_servers
+    # delete.retention.ms 10 s with no margin: a restart right after a clean close is fresh.
+    # The stale restart keeps the topic's delete.retention.ms and takes a margin of 8 s, so
+    # state older than 2 s is stale to it (the rule is age > delete.retention.ms - margin).
     retention = ("--delete-retention-ms", "10000", "--staleness-margin-ms", "0")
+    stale_retention = ("--delete-retention-ms", "10000", "--staleness-margin-ms", "8000")
+    stale_horizon_ms = 10_000 - 8_000
     txns = list(generate(600, 20, seed=4))
     balances.create_topics(bootstrap, 2, app)
     first = _run_until_restored(workers, app, 2, *retention)
@@ -41,9 +76,11 @@ def test_stale_state_restores_fully(cluster: KafkaBroker, workers: Callable[...,
     fresh = _run_until_restored(workers, app, 2, *retention)
     assert [e["rebuilt"] for e in _restored(fresh)] == [False, False], _restored(fresh)
     fresh.stop()
-    time.sleep(10.5)  # older than delete.retention.ms now: tombstones may be gone
+    stamps = _applied_times_ms(tmp_path / "state-w1", 2)
+    assert all(stamp is not None for stamp in stamps), stamps  # a clean close stamps the state
+    _wait_older_than([stamp for stamp in stamps if stamp is not None], stale_horizon_ms)
 
-    stale = _run_until_restored(workers, app, 2, *retention)
+    stale = _run_until_restored(workers, app, 2, *stale_retention)
     events = _restored(stale)
     assert [e["rebuilt"] for e in events] == [True, True], events
     assert all("stale" in e["reason"] for e in events)
