@@ -164,6 +164,13 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = attrs.field(default=0.5, validator=_ratio)
     """``min.cleanable.dirty.ratio``: a log is due for cleaning above this dirty ratio."""
 
+    record_ttl_ms: int = attrs.field(default=0, validator=_at_least(0))
+    """Beyond Kafka: a data record whose timestamp is at or before ``now - record_ttl_ms``
+    is expired, and the cleaner removes it as it removes a shadowed record (below the
+    cleaning barrier only; a tombstone keeps its own rule).  It judges a batch by its
+    max timestamp, so a batch goes once its newest record has expired.  For logs whose
+    record timestamp is the value's age (a key-value store with a TTL); 0: off."""
+
     min_compaction_lag_ms: int = attrs.field(default=0, validator=_at_least(0))
     """``min.compaction.lag.ms``: records younger than this are never compacted."""
 

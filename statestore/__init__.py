@@ -44,8 +44,9 @@ from statestore.stores.lifecycle import StoreState
 from statestore.stores.reader import StoreReader
 from statestore.stores.restore import RestoreProgress, RestoreResult, StateRestoreListener
 from statestore.stores.time.session import SessionStore
-from statestore.stores.time.settings import TimeSettings
+from statestore.stores.time.settings import TimeSettings, TtlSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore, ValueAndTimestamp
+from statestore.stores.time.ttl import TtlKeyValueStore, TtlStoreReader
 from statestore.stores.time.versioned import VersionedKeyValueStore, VersionedRecord
 from statestore.stores.time.window import Windowed, WindowStore
 from statestore.stores.typed import KeyValueStore
@@ -95,6 +96,9 @@ __all__ = [
     "TransactionCoordinatorError",
     "TransactionLogCorruptError",
     "TransactionStateMissingError",
+    "TtlKeyValueStore",
+    "TtlSettings",
+    "TtlStoreReader",
     "UnsupportedStoreOperationError",
     "ValueAndTimestamp",
     "VersionedKeyValueStore",

@@ -109,9 +109,10 @@ from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreL
 from statestore.stores.spec import StoreSpec
 from statestore.stores.time.base import TimeStoreBase
 from statestore.stores.time.session import SessionStore
-from statestore.stores.time.settings import TimeSettings
+from statestore.stores.time.settings import TimeSettings, TtlSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore
 from statestore.stores.time.top import wrap_time_store
+from statestore.stores.time.ttl import TtlKeyValueStore
 from statestore.stores.time.versioned import VersionedKeyValueStore
 from statestore.stores.time.window import WindowStore
 from statestore.stores.typed import KeyValueStore
@@ -379,6 +380,49 @@ class StateManager:
             progress=progress,
         )
         assert isinstance(top, TimestampedKeyValueStore)  # the type follows the settings
+        return top
+
+    def ttl_store(
+        self,
+        name: str,
+        *,
+        ttl: TtlSettings,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        key_type: type[Any] | None = None,
+        value_type: type[Any] | None = None,
+        partitions: int | None = None,
+        log_config: LogConfig | None = None,
+        rocksdb: RocksDBConfig | None = None,
+        config: StoreConfig | None = None,
+        restore_listener: StateRestoreListener | None = None,
+        progress: ProgressHook | None = None,
+    ) -> TtlKeyValueStore[Any, Any]:
+        """The key-value store ``name`` whose values expire after ``ttl`` (docs/time.md, "TTL").
+
+        Arguments as :meth:`store`.  The changelog's ``record_ttl_ms`` is set
+        to the TTL (a given ``log_config`` too), so the cleaner removes expired
+        records and restore applies them as deletes; every commit of this
+        manager first sweeps expired keys into tombstones once
+        ``ttl.sweep_interval_ms`` has passed.  Its metadata records the TTL:
+        opening it with another TTL or as another type raises
+        :class:`~statestore.errors.StoreMetadataMismatchError`.
+        """
+        if log_config is not None:
+            log_config = attrs.evolve(log_config, record_ttl_ms=ttl.ttl_ms)
+        top = self._open_time_store(
+            name,
+            TimeSettings.timestamped_key_value(ttl=ttl),
+            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
+            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
+            partitions=partitions,
+            log_config=log_config,
+            rocksdb=rocksdb,
+            config=config,
+            restore_listener=restore_listener,
+            progress=progress,
+        )
+        assert isinstance(top, TtlKeyValueStore)  # the type follows the settings
         return top
 
     def window_store(
@@ -752,6 +796,10 @@ class StateManager:
         return [s for s in stores if s is not None and s.state is StoreState.OPEN]
 
     def _commit(self, stores: list[KeyValueStore[Any, Any]]) -> int:
+        for store in stores:  # TTL stores: expired keys' tombstones join this commit
+            top = self._tops.get(store.name)
+            if isinstance(top, TtlKeyValueStore) and top.inner is store and top.sweep_due():
+                top.expire()
         try:
             return self._coordinator.commit(
                 [member for store in stores for member in store.participants]

@@ -16,7 +16,7 @@ import pytest
 from changelog.config import CleanerConfig, LogConfig
 from statestore.config import RocksDBConfig, StateManagerConfig, StoreConfig
 from statestore.kafka.store import KafkaStoreSpec
-from statestore.stores.time.settings import TimeSettings
+from statestore.stores.time.settings import TimeSettings, TtlSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -28,6 +28,7 @@ CLASSES = [
     RocksDBConfig,
     TimeSettings,
     KafkaStoreSpec,
+    TtlSettings,
 ]
 
 

@@ -561,6 +561,10 @@ def compact(
         txn=_txn_metadata(inputs),
         evidence=evidence,
     )
+    ttl_ms = inputs.log_config.record_ttl_ms
+    if ttl_ms:  # every batch may expire: step 2 reads them all (Filter, "Expiry")
+        for seen in evidence:
+            seen.special = True
     known = {source.base_offset: facts for source, facts in zip(sources, evidence, strict=True)}
     stats.end_offset = end
     stats.buffer_utilization = offset_map.utilization
@@ -574,6 +578,7 @@ def compact(
         barrier=inputs.barrier,
         stats=stats,
         txn=_txn_metadata(inputs),
+        expiry_cutoff_ms=inputs.now_ms - ttl_ms if ttl_ms else None,
     )
     groups = group_segments_by_size(
         [source for source in sources if source.base_offset < end],

@@ -137,6 +137,17 @@ class Filter:
     again.  ``counting`` says whether stats are counted (off while a group is
     only scanned).
 
+    Expiry (``expiry_cutoff_ms`` not ``None``: the log has ``record_ttl_ms``):
+    a data batch whose max timestamp is at or before the cutoff holds only
+    expired records, and its data records below the end offset and below the
+    barrier go, as shadowed ones do (older records of their keys are then
+    shadowed by them, so a key that only expired loses all its records); its
+    tombstones keep their own rule.  Records at or above the barrier stay: an
+    incremental restore starts there, and without them an older record that
+    RocksDB holds, perhaps with a later timestamp, would come back.  A data
+    batch kept only because it has not expired yet adds its expiry time to
+    ``pending``.
+
     Thread-safety: owned by one pass.
     """
 
@@ -151,8 +162,11 @@ class Filter:
         barrier: int | None,
         stats: CleanerStats,
         txn: CleanedTransactionMetadata | None = None,
+        expiry_cutoff_ms: int | None = None,
     ) -> None:
         self.map = offset_map
+        self.expiry_cutoff_ms = expiry_cutoff_ms
+        self.record_ttl_ms = 0 if expiry_cutoff_ms is None else now_ms - expiry_cutoff_ms
         self.txn = txn if txn is not None else CleanedTransactionMetadata()
         """The transactions the pass is inside (:mod:`changelog.cleaner.transactions`)."""
         self._discard = False
@@ -186,6 +200,13 @@ class Filter:
     def _retain(self, header: BatchHeader, entries: list[Entry]) -> Retained:
         if self._discard:  # aborted, kept only as an empty batch ending the round
             return Retained(())
+        retained = self._retain_by_key(header, entries)
+        cutoff = self.expiry_cutoff_ms
+        if cutoff is None or not retained.keep:
+            return retained
+        return self._expire(header, entries, retained, cutoff)
+
+    def _retain_by_key(self, header: BatchHeader, entries: list[Entry]) -> Retained:
         end = self.end_offset
         if header.base_offset >= end:  # not mapped: everything stays
             tombstone = None in map(_VALUE, entries) and any(
@@ -232,6 +253,28 @@ class Filter:
                     )
             keep.append(index)
         return Retained(keep, tombstone_kept)
+
+    def _expire(
+        self, header: BatchHeader, entries: list[Entry], retained: Retained, cutoff: int
+    ) -> Retained:
+        """``retained`` less the expired records (class docstring, "Expiry")."""
+        barrier = self.barrier
+        end = self.end_offset
+        if header.max_timestamp > cutoff:  # not expired yet: due again when it is
+            if header.base_offset < end and (barrier is None or header.base_offset < barrier):
+                self.pending = min_or_none(self.pending, header.max_timestamp + self.record_ttl_ms)
+            return retained
+        keep: list[int] = []
+        expired = 0
+        for index in retained.keep:
+            offset, _key, value = entries[index]
+            if value is not None and offset < end and (barrier is None or offset < barrier):
+                expired += 1
+                continue
+            keep.append(index)
+        if self.counting:
+            self.stats.expired_records_removed += expired
+        return Retained(keep, retained.needs_horizon)  # every kept tombstone is still there
 
 
 def min_or_none(a: int | None, b: int | None) -> int | None:

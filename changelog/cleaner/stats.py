@@ -38,6 +38,8 @@ class CleanerStats:
     records_kept: int = 0
     bytes_kept: int = 0
     tombstones_removed: int = 0
+    expired_records_removed: int = 0
+    """Data records removed because they had expired (``LogConfig.record_ttl_ms``)."""
     invalid_records: int = 0
     segments_rewritten: int = 0
     segments_untouched: int = 0
@@ -112,6 +114,7 @@ class CleanerTotals:
     records_written: int = 0
     bytes_written: int = 0
     tombstones_removed: int = 0
+    expired_records_removed: int = 0
     last_pass_ms: int | None = None
     """The service clock when the last pass completed (``None``: no pass yet)."""
 
@@ -123,4 +126,5 @@ class CleanerTotals:
         self.records_written += stats.records_written
         self.bytes_written += stats.bytes_written
         self.tombstones_removed += stats.tombstones_removed
+        self.expired_records_removed += stats.expired_records_removed
         self.last_pass_ms = now_ms

@@ -61,6 +61,7 @@ def register_cleaner_metrics(
     total("cleaner-records-written-total", "records_written")
     total("cleaner-bytes-written-total", "bytes_written")
     total("cleaner-tombstones-removed-total", "tombstones_removed")
+    total("cleaner-expired-records-removed-total", "expired_records_removed")
 
     def since_last_clean() -> int | None:
         last_ms = service.totals.last_pass_ms

@@ -385,6 +385,13 @@ CLEANER_METRICS: Final = (
         "tombstones removed past their delete horizon",
     ),
     _cleaner(
+        "cleaner-expired-records-removed-total",
+        CLEANER_GROUP,
+        "counter",
+        "records",
+        "data records removed because they expired (record_ttl_ms)",
+    ),
+    _cleaner(
         "time-since-last-clean-ms",
         CLEANER_GROUP,
         "gauge",

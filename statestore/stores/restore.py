@@ -180,6 +180,9 @@ class RestoreResult:
     end_offset: int
     records_restored: int
     seconds: float
+    records_expired: int = 0
+    """Of ``records_restored``, values that had expired at restore time and were applied as
+    deletes (a store with a TTL)."""
 
 
 def plan_restore(
@@ -311,12 +314,17 @@ def replay(
     listener: StateRestoreListener | None = None,
     progress: ProgressHook | None = None,
     record_format: RecordFormat = "plain",
+    expiry_cutoff_ms: int | None = None,
+    expired: list[int] | None = None,
 ) -> int:
     """Apply the changelog records in ``[start_offset, end_offset)`` to ``engine``; returns the count.
 
     ``record_format`` other than ``plain`` (:mod:`statestore.stores.time.layout`):
     each record's CreateTime goes back into the RocksDB entry (in front of the
-    value, or after the key of a versioned store).
+    value, or after the key of a versioned store).  ``expiry_cutoff_ms`` (a
+    store with a TTL): a value stamped at or before it is applied as a delete
+    (:func:`~statestore.stores.time.layout.restored_pairs`); their number is
+    appended to ``expired`` (when given) once the replay is done.
 
     Values are moved as bytes: the codec's record reader gives each log batch's
     ``(key, value)`` pairs (:func:`changelog.record.batch.key_value_pairs`) and
@@ -334,6 +342,7 @@ def replay(
     listen = listener if listener is not None else _NullListener()
     listen.on_restore_start(store, partition, start_offset, end_offset)
     restored = 0
+    expired_count = 0
     pairs: list[tuple[bytes | None, bytes | None]] = []
     next_offset = start_offset
     try:
@@ -342,9 +351,17 @@ def replay(
                 if header.is_control:
                     continue
                 if record_format != "plain":
-                    pairs += _timestamped_pairs(
-                        record_format, data, file, position, start_offset, end=end_offset
+                    decoded, expired_here = _timestamped_pairs(
+                        record_format,
+                        data,
+                        file,
+                        position,
+                        start_offset,
+                        end=end_offset,
+                        expiry_cutoff_ms=expiry_cutoff_ms,
                     )
+                    expired_count += expired_here
+                    pairs += decoded
                 elif header.base_offset < start_offset or header.last_offset >= end_offset:
                     pairs += _pairs_in_range(data, file, position, start_offset, end_offset)
                 else:  # the common case: the whole batch
@@ -401,6 +418,8 @@ def replay(
             )
         )
     engine.flush()
+    if expired is not None:
+        expired.append(expired_count)
     listen.on_restore_end(store, partition, restored)
     logger.debug("%s replayed %s records of [%s, %s)", label, restored, start_offset, end_offset)
     return restored
@@ -421,18 +440,31 @@ def _pairs_in_range(
 
 
 def _timestamped_pairs(
-    record_format: RecordFormat, data: bytes, path: Path, position: int, start: int, *, end: int
-) -> list[tuple[bytes | None, bytes | None]]:
+    record_format: RecordFormat,
+    data: bytes,
+    path: Path,
+    position: int,
+    start: int,
+    *,
+    end: int,
+    expiry_cutoff_ms: int | None = None,
+) -> tuple[list[tuple[bytes | None, bytes | None]], int]:
     """A store in time's RocksDB entries from the records of ``data`` (at ``position`` of
-    ``path``) in ``[start, end)``, each record's timestamp put back (see ``record_format``)."""
-    return restored_pairs(
-        record_format,
-        (
-            (record.key, record.timestamp_ms, record.value)
-            for record in decode_records(data, path=path, position=position, validate=False)
-            if start <= record.offset < end
-        ),
+    ``path``) in ``[start, end)``, each record's timestamp put back (see ``record_format``),
+    and how many of them expired (values stamped at or before ``expiry_cutoff_ms``)."""
+    records = [
+        (record.key, record.timestamp_ms, record.value)
+        for record in decode_records(data, path=path, position=position, validate=False)
+        if start <= record.offset < end
+    ]
+    expired = (
+        0
+        if expiry_cutoff_ms is None
+        else sum(
+            1 for _k, stamp, value in records if value is not None and stamp <= expiry_cutoff_ms
+        )
     )
+    return restored_pairs(record_format, records, expiry_cutoff_ms=expiry_cutoff_ms), expired
 
 
 def _write(
@@ -563,7 +595,9 @@ def restore_into(
 ) -> RestoreResult:
     """Step 2: replay ``log`` from ``plan.start_offset`` to its log end offset into ``engine``.
 
-    ``record_format`` as in :func:`replay`.
+    ``record_format`` as in :func:`replay`.  A log with ``record_ttl_ms``
+    (a store with a TTL) replays with the expiry cutoff ``log.clock() -
+    record_ttl_ms``: what has expired by then is applied as a delete.
 
     While the plan holds the cleaning barrier, the barrier sits at the start
     offset during the replay (until the restored state is flushed, only what
@@ -576,6 +610,8 @@ def restore_into(
     log_end = log.last_stable_offset
     if plan.hold_cleaning_barrier:
         log.cleaning_barrier_offset = plan.start_offset
+    ttl_ms = log.config.record_ttl_ms
+    expired: list[int] = []
     restored = replay(
         read_data_batches(log),
         engine,
@@ -588,6 +624,8 @@ def restore_into(
         listener=listener,
         progress=progress,
         record_format=record_format,
+        expiry_cutoff_ms=log.clock() - ttl_ms if ttl_ms else None,
+        expired=expired,
     )
     if plan.hold_cleaning_barrier:
         log.cleaning_barrier_offset = log_end
@@ -600,6 +638,7 @@ def restore_into(
         end_offset=log_end,
         records_restored=restored,
         seconds=time.monotonic() - started,
+        records_expired=sum(expired),
     )
     logger.info(
         "[%s-%s] restored %s records from offset %s to %s in %.3fs (%s)",

@@ -7,6 +7,7 @@
     segments        SegmentedEngine: RocksDB segmented by time (the engine layer)
     base            TimeStoreBase: what the top layers share (lifecycle, commits, serdes)
     timestamped     TimestampedKeyValueStore: put with a timestamp, get_with_timestamp
+    ttl             TtlKeyValueStore: a key-value store whose values expire (TtlSettings)
     window          WindowStore: Kafka Streams' WindowStore
     session         SessionStore: Kafka Streams' SessionStore, session merging
     versioned       VersionedKeyValueStore: KIP-889, as-of reads, history retention

@@ -205,9 +205,23 @@ def changelog_records(
 def restored_pairs(
     record_format: RecordFormat,
     records: Iterable[tuple[bytes | None, int, bytes | None]],
+    *,
+    expiry_cutoff_ms: int | None = None,
 ) -> list[tuple[bytes | None, bytes | None]]:
-    """Changelog ``(key, timestamp, value)`` as the store's RocksDB entries (inverse of :func:`changelog_records`)."""
+    """Changelog ``(key, timestamp, value)`` as the store's RocksDB entries (inverse of :func:`changelog_records`).
+
+    ``expiry_cutoff_ms`` (``timestamped`` only: a store with a TTL): a value
+    whose timestamp is at or before it has expired and becomes a delete of its
+    key, not a skip, so that an older value of the key, already applied (an
+    incremental restore) or earlier in the replay, perhaps with a later
+    timestamp, does not come back.
+    """
     pack = TIMESTAMP.pack
+    if expiry_cutoff_ms is not None and record_format == "timestamped":
+        return [
+            (key, None if value is None or stamp <= expiry_cutoff_ms else pack(stamp) + value)
+            for key, stamp, value in records
+        ]
     if record_format == "versioned":
         return [
             (

@@ -44,6 +44,8 @@ __all__ = [
     "MIN_SEGMENT_INTERVAL_MS",
     "StoreType",
     "TimeSettings",
+    "TtlSettings",
+    "TtlTimestamp",
 ]
 
 StoreType = Literal["timestamped-key-value", "window", "session", "versioned-key-value"]
@@ -67,6 +69,46 @@ def _store_type(instance: object, attribute: attrs.Attribute[str], value: str) -
         raise InvalidStoreConfigError(attribute.name, value, f"must be one of {_STORE_TYPES}")
 
 
+TtlTimestamp = Literal["wall-clock", "record"]
+_TTL_TIMESTAMPS: Final = ("wall-clock", "record")
+
+
+def _ttl_timestamp(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in _TTL_TIMESTAMPS:
+        raise InvalidStoreConfigError(attribute.name, value, f"must be one of {_TTL_TIMESTAMPS}")
+
+
+def _at_least_one(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    _check_positive(attribute.name, value)
+
+
+@attrs.frozen(kw_only=True)
+class TtlSettings:
+    """A key-value store's time to live (docs/time.md, "TTL").
+
+    A value has expired once ``now - its timestamp >= ttl_ms``, ``now`` being
+    the manager's clock (the wall clock unless a test injects one).  Its
+    timestamp is the clock when it was put (``timestamp="wall-clock"``) or the
+    ``timestamp_ms`` given to ``put`` (``timestamp="record"``: the input
+    record's timestamp, as Kafka Streams stamps a timestamped store; the
+    clock when none is given).  ``sweep_interval_ms``: how often a commit of
+    the manager first writes tombstones for the keys that expired (0: at every
+    commit); it is not part of the store's identity.
+    """
+
+    ttl_ms: int = attrs.field(validator=_at_least_one)
+    """How long a value lives after its timestamp."""
+    timestamp: TtlTimestamp = attrs.field(default="wall-clock", validator=_ttl_timestamp)
+    """What a value's age is measured from: ``wall-clock`` (its put) or ``record`` (its ``timestamp_ms``)."""
+    sweep_interval_ms: int = attrs.field(default=60_000, validator=_non_negative, eq=False)
+    """How often a manager commit sweeps expired keys into tombstones (0: every commit)."""
+
+
+def _ttl_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, TtlSettings):
+        raise InvalidStoreConfigError(attribute.name, value, "must be a TtlSettings or None")
+
+
 @attrs.frozen(kw_only=True)
 class TimeSettings:
     """A store in time: its type and, for a window store, window size, retention and segments.
@@ -87,11 +129,13 @@ class TimeSettings:
         default=False, validator=attrs.validators.instance_of(bool)
     )
     """Window stores: keep every put of a key and window (a seqnum each), as Kafka's joins do."""
+    ttl: TtlSettings | None = attrs.field(default=None, validator=_ttl_or_none)
+    """Timestamped key-value stores: the time to live of a value (``None``: values live until deleted)."""
 
     @classmethod
-    def timestamped_key_value(cls) -> TimeSettings:
-        """A timestamped key-value store."""
-        return cls(store_type="timestamped-key-value")
+    def timestamped_key_value(cls, *, ttl: TtlSettings | None = None) -> TimeSettings:
+        """A timestamped key-value store (with ``ttl``: a key-value store whose values expire)."""
+        return cls(store_type="timestamped-key-value", ttl=ttl)
 
     @classmethod
     def window(
@@ -179,7 +223,9 @@ class TimeSettings:
     def changelog_config(self, base: LogConfig) -> LogConfig:
         """``base`` as this store's changelog needs it.
 
-        Window, session: ``compact,delete`` with retention + 1 day; versioned:
+        With a TTL: ``record_ttl_ms`` = the TTL (the cleaner removes expired
+        records, restore applies them as deletes).  Window, session:
+        ``compact,delete`` with retention + 1 day; versioned:
         ``min_compaction_lag_ms`` = history retention + 1 day (Kafka Streams'
         versioned changelog), so the cleaner keeps the history a restore needs
         (``max_compaction_lag_ms`` raised to it if below).
@@ -192,6 +238,8 @@ class TimeSettings:
                 max_compaction_lag_ms=max(base.max_compaction_lag_ms, lag),
             )
         if not self.segmented:
+            if self.ttl is not None:
+                return attrs.evolve(base, record_ttl_ms=self.ttl.ttl_ms)
             return base
         return attrs.evolve(
             base,
@@ -238,10 +286,18 @@ class TimeSettings:
     @classmethod
     def from_doc(cls, doc: object) -> TimeSettings:
         """The settings recorded by :meth:`to_doc`; ``ValueError`` if ``doc`` is not such an object."""
-        if not isinstance(doc, dict) or set(doc) != {a.name for a in attrs.fields(cls)}:
+        names = {a.name for a in attrs.fields(cls)}
+        # a store recorded before TTL existed has no "ttl": it has none
+        if not isinstance(doc, dict) or set(doc) not in (names, names - {"ttl"}):
             raise ValueError(f"not a time settings object: {doc!r:.120}")
         try:
-            return cls(**doc)
+            ttl = doc.get("ttl")
+            if ttl is not None:
+                ttl_names = {a.name for a in attrs.fields(TtlSettings)}
+                if not isinstance(ttl, dict) or set(ttl) != ttl_names:
+                    raise ValueError(f"not a TTL settings object: {ttl!r:.120}")
+                ttl = TtlSettings(**ttl)
+            return cls(**{**doc, "ttl": ttl})
         except InvalidStoreConfigError as exc:
             raise ValueError(str(exc)) from exc
 

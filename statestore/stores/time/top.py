@@ -13,6 +13,7 @@ from statestore.stores.time.base import TimeStoreBase
 from statestore.stores.time.session import SessionStore
 from statestore.stores.time.settings import TimeSettings
 from statestore.stores.time.timestamped import TimestampedKeyValueStore
+from statestore.stores.time.ttl import TtlKeyValueStore
 from statestore.stores.time.versioned import VersionedKeyValueStore
 from statestore.stores.time.window import WindowStore
 from statestore.stores.typed import KeyValueStore
@@ -40,6 +41,10 @@ def wrap_time_store(
     if settings.store_type == "window":
         return WindowStore(
             inner, settings, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms
+        )
+    if settings.ttl is not None:
+        return TtlKeyValueStore(
+            inner, settings.ttl, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms
         )
     return TimestampedKeyValueStore(
         inner, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms
