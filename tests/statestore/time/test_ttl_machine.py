@@ -199,5 +199,5 @@ class NeverSweptTtlMachine(TtlMachine):
 def test_ttl_store_matches_model(machine: type[TtlMachine]) -> None:
     """The store equals the model's live entries after every step."""
     test = machine.TestCase
-    test.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+    test.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
     test().runTest()
