@@ -41,10 +41,14 @@ processor asks the broker for every ``query_metadata_refresh_ms``
 ``offset_lag`` is that end minus the standby's position; ``caught_up_ms`` is
 the time the request for the newest end the standby has reached was *sent*,
 so the standby holds every transaction that committed before
-``caught_up_ms``, and ``staleness_ms`` at a read (``now - caught_up_ms``) is
-a true bound: nothing committed longer ago than that is missing.  (``None``:
-never caught up.)  The staleness of a caught-up standby is therefore at
-least the age of the last request, up to ``query_metadata_refresh_ms``.
+``caught_up_ms``, and ``staleness_ms`` at a read (``now - caught_up_ms``)
+bounds what is missing: nothing that was visible to ``read_committed``
+readers longer ago than that.  (``None``: never caught up.)  The staleness of
+a caught-up standby is therefore at least the age of the last request, up to
+``query_metadata_refresh_ms``.  Visible is not acknowledged:
+``commit_transaction`` returns once the coordinator logged the decision, and
+the last stable offset moves when the commit markers reach the partition,
+shortly after (docs/serving.md gives the delay measured).
 
 Thread-safety: :class:`InteractiveQueries` is thread-safe: the processor's
 thread publishes immutable snapshots (:meth:`InteractiveQueries.publish_view`,
