@@ -10,8 +10,11 @@ one_put     one thread: ``store.put(key, value)`` + ``store.commit()``, ``commit
             repetition by repetition: sqlite3 in WAL mode with ``synchronous=FULL`` (one
             ``INSERT OR REPLACE`` + ``COMMIT``: what a Python developer would pick), and the
             durable floor (rocksdict ``WriteBatch`` with statestore's options, WAL off, plus
-            an ``os.write`` of the record to a file and an ``os.fsync``).  Reported:
-            commits/s, CPU per commit (process time), p50/p99 latency.
+            an ``os.write`` of the record to a file and an ``os.fsync``), raw rocksdict
+            with statestore's options and its own WAL, ``put`` with ``sync=True``, and lmdb
+            (``sync=True``, one write transaction a put) when the ``lmdb`` package is
+            installed.  Reported: commits/s, CPU per commit (process time), p50/p99
+            latency.
 threads     4 and 16 threads, each committing one put at a time into ONE store (the
             store's writer is whichever thread commits; ``commit()`` covers every write
             buffered when it takes the partition's lock), and the same threads on sqlite3
@@ -49,7 +52,7 @@ from typing import Any
 import msgpack
 
 from benchmarks._harness import Result, emit_json, machine_info, print_table, scratch_dir
-from benchmarks.baselines import raw_open
+from benchmarks.baselines import engine_options, raw_open
 from changelog.fs import files
 from statestore import StateManager, StateManagerConfig
 
@@ -124,7 +127,7 @@ def _sqlite(path: Path, commits: int) -> dict[str, float]:
 def _floor(path: Path, commits: int) -> dict[str, float]:
     import rocksdict  # noqa: PLC0415
 
-    db = raw_open(path / "rocksdb")
+    db = raw_open(path / "rocksdb", engine_options())
     options = rocksdict.WriteOptions()
     options.disable_wal = True  # type: ignore[method-assign,assignment]
     pack = msgpack.Packer(autoreset=True, use_bin_type=True).pack
@@ -147,15 +150,66 @@ def _floor(path: Path, commits: int) -> dict[str, float]:
         db.close()
 
 
+def _rocksdict_sync(path: Path, commits: int) -> dict[str, float]:
+    """Raw rocksdict with statestore's options, its own WAL on, ``sync=True``: one put a commit."""
+    import rocksdict  # noqa: PLC0415
+
+    db = raw_open(path / "rocksdb", engine_options())
+    options = rocksdict.WriteOptions()
+    options.sync = True  # type: ignore[method-assign,assignment]
+    pack = msgpack.Packer(autoreset=True, use_bin_type=True).pack
+    latencies: list[float] = []
+    try:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for i in range(commits):
+            start = time.perf_counter()
+            db.put(f"user:{i % 1000:04d}".encode(), pack(_value(i)), options)
+            latencies.append(time.perf_counter() - start)
+        return _summary(latencies, time.process_time() - cpu0, time.perf_counter() - wall0)
+    finally:
+        db.close()
+
+
+def _lmdb(path: Path, commits: int) -> dict[str, float]:
+    """lmdb with ``sync=True`` (its default): one write transaction a commit."""
+    import lmdb  # type: ignore[import-not-found]  # noqa: PLC0415 - optional baseline
+
+    path.mkdir(parents=True, exist_ok=True)
+    env = lmdb.open(str(path / "lmdb"), map_size=1 << 30, sync=True)
+    pack = msgpack.Packer(autoreset=True, use_bin_type=True).pack
+    latencies: list[float] = []
+    try:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for i in range(commits):
+            start = time.perf_counter()
+            with env.begin(write=True) as txn:
+                txn.put(f"user:{i % 1000:04d}".encode(), pack(_value(i)))
+            latencies.append(time.perf_counter() - start)
+        return _summary(latencies, time.process_time() - cpu0, time.perf_counter() - wall0)
+    finally:
+        env.close()
+
+
+def _have_lmdb() -> bool:
+    try:
+        import lmdb  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
 def case_one_put(commits: int, reps: int) -> list[Result]:
-    runs: dict[str, list[dict[str, float]]] = {"statestore": [], "sqlite": [], "floor": []}
     makers: dict[str, Callable[[Path, int], dict[str, float]]] = {
         "statestore": _ours,
         "sqlite": _sqlite,
         "floor": _floor,
+        "rocksdict sync": _rocksdict_sync,
     }
+    if _have_lmdb():
+        makers["lmdb"] = _lmdb
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in makers}
     for rep in range(reps):
-        order = list(makers)[rep % 3 :] + list(makers)[: rep % 3]
+        order = list(makers)[rep % len(makers) :] + list(makers)[: rep % len(makers)]
         for name in order:
             with scratch_dir(f"commit-{name}") as path:
                 runs[name].append(makers[name](path / "d", commits))
@@ -167,7 +221,7 @@ def case_one_put(commits: int, reps: int) -> list[Result]:
         ("p50_ms", "ms p50", False),
         ("p99_ms", "ms p99", False),
     ):
-        for base in ("sqlite", "floor"):
+        for base in [name for name in makers if name != "statestore"]:
             results.append(
                 Result(
                     f"one put + commit: {metric} vs {base}",
