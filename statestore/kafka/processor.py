@@ -53,6 +53,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from statestore.errors import UnsupportedStoreOperationError
 from statestore.kafka.clients import KafkaClients
 from statestore.kafka.commit import (
     CommitResult,
@@ -960,7 +961,8 @@ class Processor:
                 logger.info("standby end offsets not refreshed: %s", exc)
         active = {
             name: {task.partition: task.stores[name].store.reader() for task in self._running()}
-            for name in self._specs
+            for name, spec in self._specs.items()
+            if spec.time is None  # stores in time are read through stores(name)
         }
         self._queries.refresh_local(
             active, self._standby, {name: spec.value_serde for name, spec in self._specs.items()}
@@ -997,8 +999,15 @@ class Processor:
         The active owner answers from its committed state; a standby only
         within the caller's bound; otherwise
         :class:`~statestore.kafka.errors.NotOwnerError` names the owner
-        (:meth:`statestore.kafka.query.InteractiveQueries.get`).
+        (:meth:`statestore.kafka.query.InteractiveQueries.get`).  A store in
+        time is not read by key here (its keys are windows, sessions or versions):
+        :class:`~statestore.errors.UnsupportedStoreOperationError`.
         """
+        spec = self._specs.get(store)
+        if spec is not None and spec.time is not None:
+            raise UnsupportedStoreOperationError(
+                store, "query", "a store in time is read through processor.stores(name)"
+            )
         return self._queries.get(
             store, key, max_lag_records=max_lag_records, max_staleness_ms=max_staleness_ms
         )

@@ -95,6 +95,8 @@ class StandbyTasks:
         self._changelog = changelog
         self._wall_clock_ms = wall_clock_ms
         self._engines: dict[tuple[str, int], RocksDBEngine] = {}
+        self._fresh: set[tuple[str, int]] = set()
+        """Standbys whose applied time was written at the high watermark, with no record since."""
         self._partitions: set[int] = set()
         self.records_applied = 0
         """Changelog records applied to standbys so far."""
@@ -200,6 +202,7 @@ class StandbyTasks:
             return
         self._partitions.discard(p)
         for name in self._topics:
+            self._fresh.discard((name, p))
             engine = self._engines.pop((name, p), None)
             if engine is not None:
                 engine.close()
@@ -247,7 +250,37 @@ class StandbyTasks:
                 ]
             engine.write(records, entries[-1][0] + 1, meta=meta)
             self.records_applied += len(entries)
+            if caught_up:
+                self._fresh.add((name, p))
+            else:
+                self._fresh.discard((name, p))
+        self._mark_caught_up(set(grouped))
         return sum(len(entries) for entries in grouped.values())
+
+    def _mark_caught_up(self, written: set[tuple[str, int]]) -> None:
+        """Write the applied time of each standby that reached the high watermark without a record.
+
+        The last records of a transaction are followed by its commit marker,
+        which a ``read_committed`` consumer passes without returning a record:
+        the poll that applied the records saw a position below the high
+        watermark, and no later poll has a record to write.  Without this the
+        standby would never record an applied time, and its failover would
+        rebuild it as stale.
+        """
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        for (name, p), engine in self._engines.items():
+            if (name, p) in written or (name, p) in self._fresh:
+                continue
+            topic = self._topics[name]
+            tp = TopicPartition(topic.name, p)
+            position = self._consumer.position([tp])[0].offset
+            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if high is None or high < 0 or position is None or position < high:
+                continue
+            applied = max(engine.applied_offset() or 0, position)
+            engine.write([], applied, meta=applied_meta(topic.topic_id, self._wall_clock_ms()))
+            self._fresh.add((name, p))
 
     def close(self) -> None:
         """Close every standby and the consumer."""

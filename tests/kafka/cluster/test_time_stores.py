@@ -175,14 +175,27 @@ def test_failover_to_a_standby_window_store_restores_only_the_tail(
         lambda: _standbys_caught_up(deadline_events(), moved),
         timeout_s=60,
     )
+    before = len(second.all_events())
     first.kill()
     second.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 4, 90)
+    run_until(
+        lambda: None,
+        lambda: (
+            {
+                e["partition"]
+                for e in second.all_events()[before:]
+                if e["event"] == "restored" and e["store"] == "counts"
+            }
+            >= set(moved)
+        ),
+        timeout_s=60,
+    )
     restored = [
         e
-        for e in second.all_events()
+        for e in second.all_events()[before:]
         if e["event"] == "restored" and e["partition"] in moved and e["store"] == "counts"
     ]
-    assert restored and all(not e["rebuilt"] for e in restored), restored
+    assert restored and all(not e["rebuilt"] for e in restored), [e["reason"] for e in restored]
     assert sum(e["records"] for e in restored) < 50, restored  # the tail only
     app.feed(200)
     run_until(lambda: None, app.committed_end, timeout_s=90)

@@ -108,7 +108,11 @@ def process_record(context: ProcessorContext, message: Any, output: str) -> None
 class TimeApp:
     """The topics of one test's application, what was fed, and the oracle."""
 
-    def __init__(self, bootstrap: str, name: str, *, base_ms: int | None = None) -> None:
+    def __init__(
+        self, bootstrap: str, name: str, *, base_ms: int | None = None, seed: str | None = None
+    ) -> None:
+        """Create the topics; event times start at ``base_ms`` (default: now), users are drawn
+        with ``seed`` (default: ``name``), so two apps with both equal get the same inputs."""
         self.bootstrap = bootstrap
         self.name = name
         self.input = f"{name}-in"
@@ -116,7 +120,7 @@ class TimeApp:
         # Event times near the wall clock: the window changelog's retention.ms deletes by them.
         self.base_ms = (int(time.time() * 1000) if base_ms is None else base_ms) // 60_000 * 60_000
         self.fed: list[tuple[int, str, int]] = []
-        self._random = random.Random(name)
+        self._random = random.Random(name if seed is None else seed)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         futures = admin.create_topics(
             [NewTopic(t, num_partitions=PARTITIONS) for t in (self.input, self.output)]
@@ -125,7 +129,8 @@ class TimeApp:
             future.result(timeout=60)
 
     def feed(self, count: int) -> None:
-        """Produce ``count`` more records (seq, user, event time)."""
+        """Produce ``count`` more records (seq, user, event time; the event time is also the
+        record's timestamp)."""
         producer = Producer({"bootstrap.servers": self.bootstrap, "partitioner": "murmur2_random"})
         for _ in range(count):
             seq = len(self.fed)
@@ -133,7 +138,10 @@ class TimeApp:
             ts = self.base_ms + seq * STEP_MS
             self.fed.append((seq, user, ts))
             producer.produce(
-                self.input, key=user.encode(), value=msgpack.packb({"seq": seq, "ts": ts})
+                self.input,
+                key=user.encode(),
+                value=msgpack.packb({"seq": seq, "ts": ts}),
+                timestamp=ts,
             )
         assert producer.flush(30) == 0
 
@@ -344,6 +352,7 @@ def run_worker(
             partition=restored.partition,
             store=restored.store,
             rebuilt=restored.rebuilt,
+            reason=restored.reason,
             records=restored.records_restored,
         )
 

@@ -2,15 +2,24 @@
 
 Expected values come from Kafka Streams: ``WindowedChangelogTopicConfig`` (retention + the one
 day of ``windowstore.changelog.additional.retention.ms``) and ``VersionedChangelogTopicConfig``
-(``min.compaction.lag.ms`` = history retention + one day), and its validation rules.
+(``min.compaction.lag.ms`` = history retention + one day), and its validation rules.  And the
+spec constructors, and what a processor refuses for a store in time.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from statestore import TimeSettings
-from statestore.kafka import ChangelogTopicConfig, ChangelogTopicMismatchError
+from statestore.errors import UnsupportedStoreOperationError
+from statestore.kafka import (
+    ChangelogTopicConfig,
+    ChangelogTopicMismatchError,
+    Processor,
+    ProcessorConfig,
+)
 from statestore.kafka.store import KafkaStoreSpec
 from statestore.kafka.topics import validate_changelog_topic
 
@@ -101,3 +110,17 @@ def test_spec_constructors() -> None:
     assert KafkaStoreSpec.versioned("v", history_retention_ms=600_000).record_format == "versioned"
     assert KafkaStoreSpec.timestamped("t").time == TIMESTAMPED
     assert KafkaStoreSpec(name="kv").record_format == "plain"
+
+
+def test_interactive_queries_refuse_a_store_in_time(tmp_path: Path) -> None:
+    config = ProcessorConfig(
+        application_id="app", bootstrap_servers="unused:9092", input_topics=("in",), instance_id="i"
+    )
+    stores = [
+        KafkaStoreSpec.window("w", window_size_ms=60_000, retention_ms=3_600_000),
+        KafkaStoreSpec(name="kv"),
+    ]
+    processor = Processor(config, tmp_path, stores, lambda _context, _message: None)
+    with pytest.raises(UnsupportedStoreOperationError) as refused:
+        processor.query("w", "k")
+    assert (refused.value.store, refused.value.operation) == ("w", "query")

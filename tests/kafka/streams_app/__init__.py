@@ -1,0 +1,1 @@
+"""A real Kafka Streams application for the interop tests: built (cached) and run by the suite."""
