@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from scripts.kafka.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker
 from statestore import LongSerde, StringSerde
 from statestore.kafka import KafkaStoreSpec, Processor, ProcessorConfig, ProcessorContext
 from tests.kafka.cluster.oracle import run_until

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from scripts.kafka.kafka_runtime import DEFAULT_CACHE_DIR, KafkaRuntimeError
+from kafka_harness.kafka_runtime import DEFAULT_CACHE_DIR, KafkaRuntimeError
 
 __all__ = ["STREAMS_VERSION", "StreamsApp", "build"]
 
