@@ -81,7 +81,6 @@ from changelog.fs import files
 from changelog.fs.lock import DirectoryLock
 from statestore.config import (
     STORE_LOG_CONFIG,
-    RestoreMode,
     RocksDBConfig,
     StateManagerConfig,
     StoreConfig,
@@ -326,25 +325,10 @@ class StateManager:
         that failed (or was closed by hand) reopens it, restoring it from its
         changelog.
         """
-        if partitions is not None and (
-            isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
-        ):
-            raise InvalidStoreConfigError("partitions", partitions, "must be an integer >= 1")
-        config = config if config is not None else StoreConfig()
-        return self._open_store(
-            name,
-            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
-            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
-            check_serdes=True,
-            partitions=partitions,
-            log_config=log_config if log_config is not None else self._given_log_config,
-            rocksdb=rocksdb,
-            config=config,
-            restore_mode=config.restore_mode,
-            rebuild=False,
-            restore_listener=restore_listener,
-            progress=progress,
-        )
+        serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
+        log_config = log_config if log_config is not None else self._given_log_config
+        opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
+        return self._open_store(name, serdes, opening, partitions=partitions)
 
     def timestamped_store(
         self,
@@ -367,18 +351,10 @@ class StateManager:
         timestamped: opening it as another type raises
         :class:`~statestore.errors.StoreMetadataMismatchError`.
         """
-        top = self._open_time_store(
-            name,
-            TimeSettings.timestamped_key_value(),
-            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
-            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
-            partitions=partitions,
-            log_config=log_config,
-            rocksdb=rocksdb,
-            config=config,
-            restore_listener=restore_listener,
-            progress=progress,
-        )
+        settings = TimeSettings.timestamped_key_value()
+        serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
+        opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
+        top = self._open_time_store(name, settings, serdes, opening, partitions=partitions)
         assert isinstance(top, TimestampedKeyValueStore)  # the type follows the settings
         return top
 
@@ -410,18 +386,10 @@ class StateManager:
         """
         if log_config is not None:
             log_config = attrs.evolve(log_config, record_ttl_ms=ttl.ttl_ms)
-        top = self._open_time_store(
-            name,
-            TimeSettings.timestamped_key_value(ttl=ttl),
-            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
-            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
-            partitions=partitions,
-            log_config=log_config,
-            rocksdb=rocksdb,
-            config=config,
-            restore_listener=restore_listener,
-            progress=progress,
-        )
+        settings = TimeSettings.timestamped_key_value(ttl=ttl)
+        serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
+        opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
+        top = self._open_time_store(name, settings, serdes, opening, partitions=partitions)
         assert isinstance(top, TtlKeyValueStore)  # the type follows the settings
         return top
 
@@ -458,18 +426,9 @@ class StateManager:
             segment_interval_ms=segment_interval_ms,
             retain_duplicates=retain_duplicates,
         )
-        top = self._open_time_store(
-            name,
-            settings,
-            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
-            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
-            partitions=1,
-            log_config=log_config,
-            rocksdb=rocksdb,
-            config=config,
-            restore_listener=restore_listener,
-            progress=progress,
-        )
+        serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
+        opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
+        top = self._open_time_store(name, settings, serdes, opening, partitions=1)
         assert isinstance(top, WindowStore)  # the type follows the settings
         return top
 
@@ -496,20 +455,12 @@ class StateManager:
         recorded in the store's metadata; the changelog defaults as for
         :meth:`window_store`.  One partition.
         """
-        top = self._open_time_store(
-            name,
-            TimeSettings.session(
-                retention_ms=retention_ms, segment_interval_ms=segment_interval_ms
-            ),
-            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
-            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
-            partitions=1,
-            log_config=log_config,
-            rocksdb=rocksdb,
-            config=config,
-            restore_listener=restore_listener,
-            progress=progress,
+        settings = TimeSettings.session(
+            retention_ms=retention_ms, segment_interval_ms=segment_interval_ms
         )
+        serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
+        opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
+        top = self._open_time_store(name, settings, serdes, opening, partitions=1)
         assert isinstance(top, SessionStore)  # the type follows the settings
         return top
 
@@ -534,18 +485,10 @@ class StateManager:
         changelog defaults to ``min_compaction_lag_ms`` = history retention + 1
         day, as Kafka Streams creates it.  One partition.
         """
-        top = self._open_time_store(
-            name,
-            TimeSettings.versioned_key_value(history_retention_ms=history_retention_ms),
-            key_serde=_pick_serde("key", key_serde, key_type, StringSerde),
-            value_serde=_pick_serde("value", value_serde, value_type, MsgpackSerde),
-            partitions=1,
-            log_config=log_config,
-            rocksdb=rocksdb,
-            config=config,
-            restore_listener=restore_listener,
-            progress=progress,
-        )
+        settings = TimeSettings.versioned_key_value(history_retention_ms=history_retention_ms)
+        serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
+        opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
+        top = self._open_time_store(name, settings, serdes, opening, partitions=1)
         assert isinstance(top, VersionedKeyValueStore)  # the type follows the settings
         return top
 
@@ -553,49 +496,30 @@ class StateManager:
         self,
         name: str,
         settings: TimeSettings,
+        serdes: _Serdes,
+        opening: _Opening,
         *,
-        key_serde: Serde[Any],
-        value_serde: Serde[Any],
         partitions: int | None,
-        log_config: LogConfig | None,
-        rocksdb: RocksDBConfig | None,
-        config: StoreConfig | None,
-        restore_listener: StateRestoreListener | None,
-        progress: ProgressHook | None,
     ) -> TimeStoreBase[Any, Any]:
         """Open the typed store of bytes under a store in time and put the store's top layer on it."""
-        if partitions is not None and (
-            isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
-        ):
-            raise InvalidStoreConfigError("partitions", partitions, "must be an integer >= 1")
-        config = config if config is not None else StoreConfig()
-        if log_config is None and self._given_log_config is not None:
+        if opening.log_config is None and self._given_log_config is not None:
             log_config = settings.changelog_config(self._given_log_config)
+            opening = attrs.evolve(opening, log_config=log_config)
         with self._lock:
             inner = self._open_store(
                 name,
-                key_serde=key_serde,
-                value_serde=value_serde,
-                check_serdes=True,
+                serdes,
+                opening,
                 partitions=partitions,
-                log_config=log_config,
-                rocksdb=rocksdb,
-                config=config,
-                restore_mode=config.restore_mode,
-                rebuild=False,
-                restore_listener=restore_listener,
-                progress=progress,
                 time=settings,
                 default_log_config=settings.changelog_config(STORE_LOG_CONFIG),
             )
             top = self._tops.get(name)
             if top is None or top.inner is not inner:
+                key_serde, value_serde = serdes
+                now_ms = inner.changelogs[0].clock
                 top = wrap_time_store(
-                    inner,
-                    settings,
-                    key_serde=key_serde,
-                    value_serde=value_serde,
-                    now_ms=inner.changelogs[0].clock,
+                    inner, settings, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms
                 )
                 self._tops[name] = top
             return top
@@ -622,45 +546,40 @@ class StateManager:
         operator's remedy for that error (``statestore restore``).  Writes go in as given: bytes the
         store's own serdes must be able to read.
         """
-        return self._open_store(
-            name,
-            key_serde=BytesSerde(),
-            value_serde=BytesSerde(),
-            check_serdes=False,
-            partitions=None,
-            log_config=None,
-            rocksdb=rocksdb,
-            config=StoreConfig(),
-            restore_mode=None,
-            rebuild=rebuild,
-            restore_listener=restore_listener,
-            progress=progress,
-        )
+        opening = _Opening(None, rocksdb, None, restore_listener, progress)
+        serdes = (BytesSerde(), BytesSerde())
+        return self._open_store(name, serdes, opening, partitions=None, raw=True, rebuild=rebuild)
 
     def _open_store(
         self,
         name: str,
+        serdes: _Serdes,
+        opening: _Opening,
         *,
-        key_serde: Serde[Any],
-        value_serde: Serde[Any],
-        check_serdes: bool,
         partitions: int | None,
-        log_config: LogConfig | None,
-        rocksdb: RocksDBConfig | None,
-        config: StoreConfig,
-        restore_mode: RestoreMode | None,
-        rebuild: bool,
-        restore_listener: StateRestoreListener | None,
-        progress: ProgressHook | None,
+        raw: bool = False,
+        rebuild: bool = False,
         time: TimeSettings | None = None,
         default_log_config: LogConfig = STORE_LOG_CONFIG,
     ) -> KeyValueStore[Any, Any]:
-        """Open (or return the open) typed store ``name``; ``time``: a store in time's settings
-        (checked against the metadata unless this is a raw open, which takes the recorded ones);
-        ``default_log_config``: a new store's changelog settings when ``log_config`` is ``None``."""
+        """Open (or return the open) typed store ``name``.
+
+        ``raw``: a tools' open (:meth:`raw_store`): the serdes are not checked, the recorded
+        restore mode and settings are taken, and ``rebuild`` may rebuild RocksDB;
+        ``time``: a store in time's settings (checked against the metadata unless raw);
+        ``default_log_config``: a new store's changelog settings when the opening gives none.
+        """
         if not isinstance(name, str) or not _STORE_NAME.match(name) or name in (".", ".."):
             raise InvalidStoreConfigError("name", name, "must be 1-200 of [A-Za-z0-9._-]")
-        rocksdb = rocksdb if rocksdb is not None else self._default_rocksdb
+        if partitions is not None and (
+            isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+        ):
+            raise InvalidStoreConfigError("partitions", partitions, "must be an integer >= 1")
+        key_serde, value_serde = serdes
+        check_serdes = not raw
+        log_config, config = opening.log_config, opening.config
+        restore_mode = None if raw else config.restore_mode
+        rocksdb = opening.rocksdb if opening.rocksdb is not None else self._default_rocksdb
         with self._lock:
             self._check_open("open a store")
             existing = self._stores.get(name)
@@ -728,9 +647,9 @@ class StateManager:
                 state_dir=self._dir,
                 cache=self._cache,
                 clock=self._clock,
-                listener=restore_listener,
+                listener=opening.restore_listener,
                 coordinator=self._coordinator,
-                progress=progress,
+                progress=opening.progress,
                 metrics=self._metrics,
                 rebuild_reason=rebuild_reason,
                 cross_check=not rebuild,
@@ -974,6 +893,41 @@ class StateManager:
     def __repr__(self) -> str:
         """Directory, state and stores."""
         return f"StateManager({str(self._dir)!r}, state={self._state.value}, stores={sorted(self._stores)})"
+
+
+_Serdes = tuple[Serde[Any], Serde[Any]]
+"""A store's key and value serdes."""
+
+
+def _default_config(config: StoreConfig | None) -> StoreConfig:
+    return config if config is not None else StoreConfig()
+
+
+@attrs.frozen
+class _Opening:
+    """How a store is opened, as every typed open takes it (positional, in the order of the
+    public methods' arguments): changelog settings (``None``: as recorded, or the default),
+    RocksDB settings (``None``: the manager's), the store's config (``None``: the defaults),
+    and the restore's observers."""
+
+    log_config: LogConfig | None
+    rocksdb: RocksDBConfig | None
+    config: StoreConfig = attrs.field(converter=_default_config)
+    restore_listener: StateRestoreListener | None
+    progress: ProgressHook | None
+
+
+def _pick_serdes(
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+    key_type: type[Any] | None,
+    value_type: type[Any] | None,
+) -> _Serdes:
+    """The key and value serdes a typed open asks for (defaults: UTF-8 strings, msgpack)."""
+    return (
+        _pick_serde("key", key_serde, key_type, StringSerde),
+        _pick_serde("value", value_serde, value_type, MsgpackSerde),
+    )
 
 
 def _pick_serde(
