@@ -344,7 +344,7 @@ def _eos_rate(
         TaskStore,
         ensure_changelog_topic,
     )
-    from statestore.kafka.commit import StoreTopic, commit_tasks  # noqa: PLC0415
+    from statestore.kafka.commit import OpenTransaction, StoreTopic, commit_tasks  # noqa: PLC0415
     from statestore.serdes import BytesSerde  # noqa: PLC0415
     from statestore.stores.engine import RocksDBEngine  # noqa: PLC0415
 
@@ -371,16 +371,15 @@ def _eos_rate(
     )
     keys = make_keys(records * 10)
     value = b"v" * 100
+    transaction = OpenTransaction(producer, guarantee=guarantee)  # type: ignore[arg-type]
     try:
         started = time.perf_counter()
         for t in range(txns):
             for i in range(records):
                 store.store.put(keys[(t * records + i) % len(keys)], value)
             commit_tasks(
-                producer,
-                guarantee=guarantee,  # type: ignore[arg-type]
+                transaction,
                 stores=[StoreTopic(store=store, topic=topic, topic_id=info.topic_id)],
-                outputs=[],
                 offsets=[TopicPartition(topic, 0, t + 1)],
                 group_metadata=consumer.consumer_group_metadata,
                 commit_offsets=lambda tps: consumer.commit(offsets=tps, asynchronous=False),

@@ -1,48 +1,60 @@
-"""The commit of one process: every task's changelog records, the outputs and the input offsets.
+"""The transaction of one process: outputs as they are sent, then every task's changelog records
+and the input offsets at commit.
 
 Exactly-once (``exactly_once_v2``, KIP-447: one transactional producer per
 process), numbered as the tests crash them:
 
-1. ``begin_transaction``;
-2. produce one changelog record per buffered key of every store partition
-   (a tombstone for a delete) to partition ``p`` of the store's topic (a
-   store in time's with its timestamp as the record's CreateTime), and
-   the buffered outputs.  A commit of any size: when librdkafka's local
-   queue is full (``BufferError``) the producer is polled (delivery reports
-   free room) and the record produced again, until the commit's deadline;
-3. ``flush``: every record is acknowledged by the broker (inside the open
-   transaction), and its offset known from the delivery report;
-4. ``send_offsets_to_transaction`` with the consumer's *current* group
+1. ``begin_transaction``, when the first output of a transaction is sent
+   (:meth:`OpenTransaction.send`) or at commit;
+2. produce every output as user code sends it, into the open transaction
+   (as Kafka Streams' record collector does), and at commit one changelog
+   record per buffered key of every store partition (a tombstone for a
+   delete) to partition ``p`` of the store's topic.  A commit of any size:
+   when librdkafka's local queue is full (``BufferError``) the producer is
+   polled (delivery reports free room) and the record produced again, until
+   the deadline;
+3. ``send_offsets_to_transaction`` with the consumer's *current* group
    metadata (generation / member epoch, member id): a zombie whose
    membership has moved on is refused here (fencing);
-5. ``commit_transaction``;
-6. only now apply each store partition's buffer to RocksDB, in one
-   WriteBatch with the applied offset (its last changelog offset + 1), the
-   topic id and the wall-clock time.
+4. ``commit_transaction``: librdkafka first waits for every record of the
+   transaction to be acknowledged (a record that failed fails the commit),
+   then commits;
+5. only now apply each store partition's buffer to RocksDB, in one
+   WriteBatch with the applied offset (the offset of its last changelog
+   record + 1, from that record's delivery report), the topic id and the
+   wall-clock time.
 
-Recovery, matching the steps: a crash (or an error) before 5 completes
+Recovery, matching the steps: a crash (or an error) before 4 completes
 leaves an open or aborted transaction: ``read_committed`` readers never see
 it, the input offsets stay where they were, RocksDB was not touched, and the
 new owner restores the committed changelog and reprocesses the inputs.  A
-crash after 5 and before 6 leaves RocksDB behind the committed changelog: the
+crash after 4 and before 5 leaves RocksDB behind the committed changelog: the
 next restore replays the tail (incremental).  An error with
 ``txn_requires_abort`` aborts (:class:`TransactionAbortedError`); a fenced
 producer or a fatal error is :class:`ProducerFencedError`.  Either way the
-buffers are dropped and the caller rewinds the inputs.
+buffers are dropped and the caller rewinds the inputs.  A failure while
+sending (:meth:`OpenTransaction.send` never raises into user code) is kept
+and raised by the commit, which aborts.  Abandoning a transaction
+(:meth:`OpenTransaction.abandon`: a ``process()`` exception, a lost
+partition) aborts it: its outputs are never visible.
 
-At-least-once: 2 and 3 without a transaction, then a synchronous
-``Consumer.commit`` of the offsets, then 6.  A crash between 3 and the
-offset commit leaves changelog records whose inputs are processed again:
-duplicates, as Kafka Streams' at-least-once allows.
+At-least-once: outputs are produced as they are sent (with no transaction:
+a rewind produces them again, duplicates as at-least-once allows), the
+changelog records at commit, then ``flush`` (every record acknowledged, each
+checked by its delivery report), a synchronous ``Consumer.commit`` of the
+offsets, then 5.  A crash between the flush and the offset commit leaves
+records whose inputs are processed again: duplicates, as Kafka Streams'
+at-least-once allows.
 
 Thread-safety: runs on the processor's thread.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -54,6 +66,7 @@ from statestore.kafka.store import TaskStore
 
 __all__ = [
     "CommitResult",
+    "OpenTransaction",
     "OutputRecord",
     "StoreTopic",
     "TransactionalProducer",
@@ -63,7 +76,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FaultHook = Callable[[str], None]
-"""Called with a step name (``"produced"``: after step 3) for fault injection in tests."""
+"""Called with a step name for fault injection in tests: ``"produced"`` after step 2 (and,
+at-least-once, the flush), ``"committed"`` after step 4."""
 
 
 class TransactionalProducer(Protocol):
@@ -102,6 +116,9 @@ class TransactionalProducer(Protocol):
 
     def abort_transaction(self, timeout: float = -1) -> None:
         """Abort the transaction."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        """Cluster metadata (of ``topic``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -152,39 +169,207 @@ def _describe(error: Any) -> tuple[str, str]:
     return str(error.name()), str(error.str())
 
 
+class OpenTransaction:
+    """The producing side of the process's transaction: outputs go out as user code sends them.
+
+    :meth:`send` is the hot path of ``ProcessorContext.send``: under exactly-once
+    it begins the transaction if none is open and produces into it; under
+    at-least-once it produces with a delivery report per record.  It never
+    raises into user code: a failure (an output topic that does not exist, a
+    queue that stayed full, a producer error) is kept in :attr:`failure`, the
+    records after it are not produced, and :func:`commit_tasks` raises it and
+    aborts.  :meth:`abandon` aborts the open transaction.
+
+    Invariants: :attr:`open` only under exactly-once, between
+    ``begin_transaction`` and the commit or abort that ends it; :attr:`sent`
+    counts the outputs produced since the last commit or abandon.
+
+    Thread-safety: the processor's thread only.
+    """
+
+    def __init__(
+        self,
+        producer: TransactionalProducer,
+        *,
+        guarantee: ProcessingGuarantee,
+        known_topics: Iterable[str] = (),
+        send_timeout_s: float = 60.0,
+    ) -> None:
+        self.producer = producer
+        """The producer (replaced by the processor after fencing, with nothing open)."""
+        self.exactly_once = guarantee == "exactly_once_v2"
+        self.open = False
+        """Whether a transaction is open (exactly-once)."""
+        self.sent = 0
+        """Outputs produced since the last commit or abandon."""
+        self.failure: KafkaClientError | None = None
+        """The first failure while sending; the commit raises it."""
+        self.delivery_errors: list[Any] = []
+        """Errors of delivery reports (at-least-once) since the last commit or abandon."""
+        self._known = set(known_topics)
+        self._send_timeout_s = send_timeout_s
+
+    def delivery_report(self, error: Any, _message: Any) -> None:
+        """The delivery report of an at-least-once record: keep an error for the commit."""
+        if error is not None:
+            self.delivery_errors.append(error)
+
+    def raise_failure(self) -> None:
+        """Raise the failure kept while sending, if any."""
+        if self.failure is not None:
+            raise self.failure
+
+    def begin(self) -> None:
+        """``begin_transaction`` unless one is open (exactly-once); raises as the client does."""
+        if self.exactly_once and not self.open:
+            self.producer.begin_transaction()
+            self.open = True
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int = -1,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Produce one output now, into the open transaction (see the class docstring)."""
+        if self.failure is not None or (topic not in self._known and not self._check_topic(topic)):
+            return
+        report = None if self.exactly_once else self.delivery_report
+        try:
+            if not self.open and self.exactly_once:
+                self.producer.begin_transaction()
+                self.open = True
+            if headers is None:
+                self.producer.produce(topic, value, key, partition, report)
+            else:
+                self.producer.produce(topic, value, key, partition, report, headers=headers)
+        except BufferError:
+            try:
+                _produce_when_room(
+                    self.producer,
+                    time.monotonic() + self._send_timeout_s,
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    on_delivery=report,
+                    headers=headers,
+                )
+            except KafkaClientError as exc:
+                self.failure = exc
+                return
+        except Exception as exc:  # noqa: BLE001 - kept, typed, and raised by the commit
+            self.failure = self._cause(_typed_failure("produce", exc, eos=self.exactly_once))
+            return
+        self.sent += 1
+
+    def _cause(self, failure: KafkaClientError) -> KafkaClientError:
+        """The fatal error behind ``produce``'s generic ``_FATAL`` (exactly-once).
+
+        After a fatal error librdkafka's ``produce`` reports only ``_FATAL``,
+        while the transaction API reports the cause (``_FENCED`` for a producer
+        fenced by a newer instance, which the processor replaces; other fatal
+        codes stop it).  ``abort_transaction`` asks for it; should it succeed,
+        the transaction is aborted and the commit fails with ``failure``.
+        """
+        if not (self.exactly_once and self.open and failure.code == "_FATAL"):
+            return failure
+        try:
+            self.producer.abort_transaction(1.0)
+        except Exception as exc:  # noqa: BLE001 - the cause is what we asked for
+            self.open = False
+            return _typed_failure("produce", exc, eos=True)
+        self.open = False
+        return failure
+
+    def _check_topic(self, topic: str) -> bool:
+        """Whether ``topic`` exists (asked once per topic); if not, the transaction fails.
+
+        Without this check librdkafka holds the records until the commit times
+        out, and the failure reads ``_TIMED_OUT``.
+        """
+        try:
+            metadata = self.producer.list_topics(topic, timeout=10)
+        except Exception as exc:  # noqa: BLE001 - kept and raised by the commit
+            self.failure = TransactionAbortedError("describe output topic", "_TRANSPORT", str(exc))
+            return False
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            self.failure = TransactionAbortedError(
+                "produce",
+                "UNKNOWN_TOPIC_OR_PART",
+                f"output topic {topic!r} does not exist"
+                + ("" if found is None else f" ({found.error})"),
+            )
+            return False
+        self._known.add(topic)
+        return True
+
+    def abandon(self, timeout_s: float) -> None:
+        """Abort the open transaction (its outputs never become visible) and start afresh.
+
+        An abort that fails (a fenced producer) is logged: the next
+        ``begin_transaction`` fails the same way, and the commit reports it.
+        """
+        self._reset(abort_timeout_s=timeout_s if self.open else None)
+
+    def _reset(self, *, abort_timeout_s: float | None) -> None:
+        self.open = False
+        self.sent = 0
+        self.failure = None
+        self.delivery_errors = []
+        if abort_timeout_s is not None:
+            _abort_quietly(self.producer, abort_timeout_s)
+
+
+def _typed_failure(operation: str, exc: BaseException, *, eos: bool) -> KafkaClientError:
+    """``exc`` of a client call as :class:`ProducerFencedError` or :class:`TransactionAbortedError`."""
+    if isinstance(exc, KafkaClientError):
+        return exc
+    error = _error_of(exc)
+    if error is None:
+        return TransactionAbortedError(operation, type(exc).__name__, str(exc))
+    name, reason = _describe(error)
+    if eos and _fenced(error):
+        return ProducerFencedError(operation, name, reason)
+    return TransactionAbortedError(operation, name, reason)
+
+
 def commit_tasks(
-    producer: TransactionalProducer,
+    transaction: OpenTransaction,
     *,
-    guarantee: ProcessingGuarantee,
     stores: Sequence[StoreTopic],
-    outputs: Sequence[OutputRecord],
     offsets: list[Any],
     group_metadata: Callable[[], Any],
     commit_offsets: Callable[[list[Any]], None],
     timeout_s: float,
+    outputs: Sequence[OutputRecord] = (),
     wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     fault_hook: FaultHook | None = None,
 ) -> CommitResult:
-    """Run the commit protocol of the module docstring over ``stores``, ``outputs`` and ``offsets``.
+    """Run the commit protocol of the module docstring over ``transaction``, ``stores`` and ``offsets``.
 
-    ``offsets`` are confluent-kafka ``TopicPartition`` s (next offset to read);
-    ``commit_offsets`` is the at-least-once offset commit.  On failure every
-    store's buffer is dropped and :class:`TransactionAbortedError` or
-    :class:`ProducerFencedError` is raised; the caller rewinds its inputs.
+    ``outputs`` are sent first (most outputs were sent before, by user code,
+    through ``transaction``).  ``offsets`` are confluent-kafka
+    ``TopicPartition`` s (next offset to read); ``commit_offsets`` is the
+    at-least-once offset commit.  On failure every store's buffer is dropped,
+    the transaction aborted (unless fenced) and :class:`TransactionAbortedError`
+    or :class:`ProducerFencedError` raised; the caller rewinds its inputs.
     """
     started = time.perf_counter()
-    eos = guarantee == "exactly_once_v2"
+    producer = transaction.producer
+    eos = transaction.exactly_once
     last_offsets: dict[int, int] = {}
-    delivery_errors: list[Any] = []
+    errors = transaction.delivery_errors
 
     def delivered(index: int) -> Callable[[Any, Any], None]:
-        def report(error: Any, message: Any) -> None:
+        def report(error: Any, message: Any) -> None:  # the last record of a partition
             if error is not None:
-                delivery_errors.append(error)
+                errors.append(error)
             else:
-                offset = message.offset()
-                if offset > last_offsets.get(index, -1):
-                    last_offsets[index] = offset
+                last_offsets[index] = message.offset()
 
         return report
 
@@ -193,121 +378,105 @@ def commit_tasks(
     def left() -> float:
         return max(0.1, deadline - time.monotonic())
 
-    in_transaction = False
     changelog_records = 0
     try:
-        if eos:
-            producer.begin_transaction()  # 1
-            in_transaction = True
+        for record in outputs:
+            transaction.send(
+                record.topic, record.key, record.value, record.partition, record.headers
+            )
+        transaction.raise_failure()
+        transaction.begin()  # 1
         produce = producer.produce
+        every = None if eos else transaction.delivery_report
         for index, entry in enumerate(stores):  # 2
-            report = delivered(index)
+            if not entry.store.participant.pending_count:
+                continue
+            pending = entry.store.pending
             topic = entry.topic
             partition = entry.store.partition
-            pairs, stamps = entry.store.changelog_records()
-            if stamps is None:  # key-value: the producer stamps the records
-                for key, value in pairs:
-                    try:
-                        produce(
-                            topic, value=value, key=key, partition=partition, on_delivery=report
-                        )
-                    except BufferError:
-                        _produce_when_room(
-                            producer,
-                            deadline,
-                            topic,
-                            value=value,
-                            key=key,
-                            partition=partition,
-                            on_delivery=report,
-                        )
-            else:  # a store in time: each record carries its timestamp (CreateTime)
-                for (key, value), stamp in zip(pairs, stamps, strict=True):
-                    try:
-                        produce(
-                            topic,
-                            value=value,
-                            key=key,
-                            partition=partition,
-                            on_delivery=report,
-                            timestamp=stamp,
-                        )
-                    except BufferError:
-                        _produce_when_room(
-                            producer,
-                            deadline,
-                            topic,
-                            value=value,
-                            key=key,
-                            partition=partition,
-                            on_delivery=report,
-                            timestamp=stamp,
-                        )
-            changelog_records += len(pairs)
-        for record in outputs:
+            items = iter(pending.items())
+            # Only the last record of a partition reports its offset (records of one
+            # partition are acknowledged in order); under exactly-once a failed record
+            # fails commit_transaction, so the others need no report.
+            for key, value in itertools.islice(items, len(pending) - 1):
+                try:
+                    produce(topic, value, key, partition, every)
+                except BufferError:
+                    _produce_when_room(
+                        producer,
+                        deadline,
+                        topic,
+                        value=value,
+                        key=key,
+                        partition=partition,
+                        on_delivery=every,
+                    )
+            key, value = next(items)
             try:
-                produce(
-                    record.topic,
-                    value=record.value,
-                    key=record.key,
-                    partition=record.partition,
-                    headers=record.headers,
-                )
+                produce(topic, value, key, partition, delivered(index))
             except BufferError:
                 _produce_when_room(
                     producer,
                     deadline,
-                    record.topic,
-                    value=record.value,
-                    key=record.key,
-                    partition=record.partition,
-                    headers=record.headers,
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    on_delivery=delivered(index),
                 )
-        _check_delivered(producer.flush(left()), delivery_errors, eos=eos, timeout_s=timeout_s)  # 3
+            changelog_records += len(pending)
+        if not eos:
+            _check_delivered(producer.flush(left()), errors, eos=False, timeout_s=timeout_s)
         if fault_hook is not None:
             fault_hook("produced")
         if eos:
-            producer.send_offsets_to_transaction(offsets, group_metadata(), left())  # 4
-            _commit_with_retries(producer, deadline)  # 5
-            in_transaction = False
+            producer.send_offsets_to_transaction(offsets, group_metadata(), left())  # 3
+            _commit_with_retries(producer, deadline)  # 4 (waits for every acknowledgement)
+            transaction.open = False
         elif offsets:
             commit_offsets(offsets)
-    except KafkaClientError:
+    except BaseException as exc:
         _drop(stores)
-        if in_transaction:
-            _abort_quietly(producer, left())
-        raise
-    except Exception as exc:
-        _drop(stores)
-        error = _error_of(exc)
-        if error is None:
-            # Not a KafkaException: confluent-kafka surfaces a fatal producer error met
-            # inside a delivery callback as SystemError, for one.  Aborted and typed; a
-            # producer that is really gone fails the next begin_transaction as fenced.
-            if in_transaction:
-                _abort_quietly(producer, left())
-            raise TransactionAbortedError("commit", type(exc).__name__, str(exc)) from exc
-        name, reason = _describe(error)
-        if eos and _fenced(error):
-            raise ProducerFencedError("commit", name, reason) from exc
-        if in_transaction:
-            _abort_quietly(producer, left())
-        raise TransactionAbortedError("commit", name, reason) from exc
-    except BaseException:  # KeyboardInterrupt, SystemExit: abort, never leave it open
-        _drop(stores)
-        if in_transaction:
-            _abort_quietly(producer, left())
-        raise
+        fenced = isinstance(exc, ProducerFencedError)
+        failure: BaseException = exc
+        if isinstance(exc, Exception) and not isinstance(exc, KafkaClientError):
+            # Not typed yet: a KafkaException of a client call, or (confluent-kafka
+            # surfaces a fatal producer error met inside a delivery callback as
+            # SystemError) something else.  A producer that is really gone fails the
+            # next begin_transaction as fenced.
+            failure = _typed_failure("commit", exc, eos=eos)
+            fenced = isinstance(failure, ProducerFencedError)
+        transaction._reset(abort_timeout_s=None if fenced or not transaction.open else left())
+        if failure is exc:
+            raise
+        raise failure from exc
+    sent = transaction.sent
+    transaction._reset(abort_timeout_s=None)
+    if eos and stores:
+        # The delivery reports of the committed records, served here if the commit did
+        # not serve them already (every record is acknowledged: nothing waits).
+        try:
+            producer.flush(left())
+        except Exception as exc:  # noqa: BLE001 - committed: a missing report costs a replay
+            logger.warning("flush after commit_transaction: %s", exc)
     if fault_hook is not None:
         fault_hook("committed")
     now_ms = wall_clock_ms()
-    for index, entry in enumerate(stores):  # 6
+    for index, entry in enumerate(stores):  # 5
         last = last_offsets.get(index)
+        if last is None and entry.store.participant.pending_count:
+            logger.warning(
+                "%s-%s: no delivery report for the last changelog record of a committed"
+                " transaction; the applied offset stays %s (a restore replays the tail)",
+                entry.topic,
+                entry.store.partition,
+                entry.store.applied_offset,
+            )
         applied = entry.store.applied_offset if last is None else last + 1
         entry.store.apply(applied, applied_meta(entry.topic_id, now_ms))
     return CommitResult(
         changelog_records=changelog_records,
-        outputs=len(outputs),
+        outputs=sent,
         offsets=len(offsets),
         seconds=time.perf_counter() - started,
     )

@@ -24,8 +24,8 @@ Lifecycle of a task (partition ``p`` of every input topic and of every store):
   committed offset; a fenced producer is replaced by a new one (same
   ``transactional.id``, new epoch) before processing resumes.
 * **An exception in** ``process()`` abandons the open transaction of every
-  task the same way (buffers dropped, inputs rewound: nothing was sent yet,
-  the transaction is produced only at commit time), then the processing
+  task the same way (buffers dropped, the transaction aborted, so the outputs
+  already produced into it never show; inputs rewound), then the processing
   exception handler decides (:mod:`statestore.kafka.handlers`): FAIL raises
   :class:`ProcessingError` from :meth:`Processor.poll_once`; CONTINUE marks
   the record to be skipped when the replay reaches it.  Any other exception
@@ -58,7 +58,7 @@ from statestore.kafka.clients import KafkaClients
 from statestore.kafka.commit import (
     CommitResult,
     FaultHook,
-    OutputRecord,
+    OpenTransaction,
     StoreTopic,
     commit_tasks,
 )
@@ -166,10 +166,16 @@ class ProcessorContext:
         return self._task.stores[name].store
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
-        """Buffer an output record; it is produced inside the next commit's transaction."""
-        self._processor._outputs.append(
-            OutputRecord(topic=topic, key=key, value=value, partition=partition)
-        )
+        """Produce an output record now, inside the open transaction (exactly-once: visible
+        once the next commit succeeds, never if the transaction is abandoned).
+
+        ``partition`` ``-1``: Kafka's default partitioner (murmur2, as
+        ``statestore.partition_for``).  Never raises a client error: a failed
+        send fails the next commit (see :class:`~statestore.kafka.commit.OpenTransaction`).
+        """
+        transaction = self._processor._transaction
+        assert transaction is not None
+        transaction.send(topic, key, value, partition)
 
 
 Process = Callable[[ProcessorContext, Any], None]
@@ -214,7 +220,8 @@ class Processor:
         self._tasks: dict[int, Task] = {}
         """Every assigned task, by partition, whatever its state."""
         self._restorer: Restorer | None = None
-        self._outputs: list[OutputRecord] = []
+        self._transaction: OpenTransaction | None = None
+        """The process's transaction: outputs are produced into it as they are sent."""
         self._topics: dict[str, TopicInfo] = {}
         self._partitions = 0
         self._processed_since_commit = 0
@@ -252,9 +259,6 @@ class Processor:
         self._unreleased_until = 0.0
         self._failed_commits = 0
         self._commit_backoff_s = 0.0
-        self._known_topics: set[str] = set(config.output_topics)
-        if config.dead_letter_queue_topic is not None:
-            self._known_topics.add(config.dead_letter_queue_topic)
         self._last_poll = time.monotonic()
 
     # -- setup -------------------------------------------------------------------------
@@ -358,6 +362,12 @@ class Processor:
         )
         self._topics = {name: infos[topic] for name, topic in names.items()}
         self._producer = self._new_producer()
+        self._transaction = OpenTransaction(
+            self._producer,
+            guarantee=config.processing_guarantee,
+            known_topics=sinks,
+            send_timeout_s=config.transaction_timeout_ms / 1000 * 0.8,
+        )
         restore_consumer = self._clients.consumer(
             {
                 **self._client_config(),
@@ -675,6 +685,8 @@ class Processor:
         processed = 0
         context = self._context
         process = self._process
+        tasks = self._tasks
+        running = TaskState.RUNNING
         for message in messages:
             error = message.error()
             if error is not None:
@@ -685,8 +697,8 @@ class Processor:
                     raise self._fatal
                 logger.warning("consume: %s", error)
                 continue
-            task = self._tasks.get(message.partition())
-            if task is None or task.state is not TaskState.RUNNING:
+            task = tasks.get(message.partition())
+            if task is None or task.state is not running:
                 continue  # revoked or lost within this consume() call
             topic = message.topic()
             offset = message.offset()
@@ -742,13 +754,9 @@ class Processor:
         """The replay reached a record the handler skipped: dead-letter it (if configured)."""
         topic = self._config.dead_letter_queue_topic
         if topic is not None:
-            self._outputs.append(
-                OutputRecord(
-                    topic=topic,
-                    key=error.key,
-                    value=error.value,
-                    headers=dead_letter_headers(error),
-                )
+            assert self._transaction is not None
+            self._transaction.send(
+                topic, error.key, error.value, headers=dead_letter_headers(error)
             )
 
     def run(self, stop: Callable[[], bool]) -> None:
@@ -802,16 +810,19 @@ class Processor:
             for task in self._running()
             for name, store in task.stores.items()
         ]
-        if not offsets and not self._outputs and not any(s.store.pending for s in stores):
+        transaction = self._transaction
+        assert transaction is not None
+        if (
+            not offsets
+            and not transaction.sent
+            and transaction.failure is None
+            and not any(s.store.participant.pending_count for s in stores)
+        ):
             return None
-        outputs, self._outputs = self._outputs, []
         try:
-            self._check_output_topics(outputs)
             result = commit_tasks(
-                self._producer,
-                guarantee=self._config.processing_guarantee,
+                transaction,
                 stores=stores,
-                outputs=outputs,
                 offsets=offsets,
                 group_metadata=self._group_metadata,
                 commit_offsets=lambda tps: self._consumer.commit(offsets=tps, asynchronous=False),
@@ -870,30 +881,6 @@ class Processor:
         )
         if not swallow:
             raise exc
-
-    def _check_output_topics(self, outputs: Sequence[OutputRecord]) -> None:
-        """A topic an output goes to must exist (asked once per topic): else the commit fails.
-
-        Without this check librdkafka holds the records until the flush times
-        out, and the failure reads ``_TIMED_OUT``.
-        """
-        unknown = {record.topic for record in outputs} - self._known_topics
-        for topic in sorted(unknown):
-            try:
-                metadata = self._producer.list_topics(topic, timeout=10)
-            except Exception as exc:
-                raise TransactionAbortedError(
-                    "describe output topic", "_TRANSPORT", str(exc)
-                ) from exc
-            found = metadata.topics.get(topic)
-            if found is None or found.error is not None:
-                raise TransactionAbortedError(
-                    "produce",
-                    "UNKNOWN_TOPIC_OR_PART",
-                    f"output topic {topic!r} does not exist"
-                    + ("" if found is None else f" ({found.error})"),
-                )
-            self._known_topics.add(topic)
 
     def _group_metadata(self) -> Any:
         """The consumer's group metadata for step 4 of the commit, unless the member has left.
@@ -1052,7 +1039,9 @@ class Processor:
         }
 
     def _drop_all(self) -> None:
-        self._outputs = []
+        """Abandon the open transaction (aborted: its outputs never show) and every buffer."""
+        if self._transaction is not None:
+            self._transaction.abandon(self._config.transaction_timeout_ms / 1000)
         for task in self._running():
             for store in task.stores.values():
                 store.drop_pending()
@@ -1069,6 +1058,9 @@ class Processor:
         old, self._producer = self._producer, None
         del old
         self._producer = self._new_producer()
+        assert self._transaction is not None
+        assert not self._transaction.open
+        self._transaction.producer = self._producer
 
     # -- shutdown --------------------------------------------------------------------------
 
@@ -1119,8 +1111,13 @@ class Processor:
             if self._restorer is not None:
                 self._restorer.close()
                 self._restorer = None
+            if self._transaction is not None:
+                self._transaction.abandon(5)  # nothing is open unless the commit failed
             if self._producer is not None:
-                self._producer.flush(5)
+                try:
+                    self._producer.flush(5)
+                except Exception as exc:  # noqa: BLE001 - a failed producer has nothing to deliver
+                    logger.warning("producer flush at close: %s", exc)
                 self._producer = None
             self._queries.publish_local({}, {})
 

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from statestore.config import RocksDBConfig
 from statestore.kafka import OutputRecord, ProducerFencedError, TaskStore, TransactionAbortedError
-from statestore.kafka.commit import StoreTopic, commit_tasks
+from statestore.kafka.commit import OpenTransaction, StoreTopic, commit_tasks
 from statestore.kafka.restore import stored_applied_time_ms, stored_topic_id
 from statestore.serdes import IntSerde, StringSerde
 from statestore.stores.engine import RocksDBEngine
@@ -37,8 +37,7 @@ def _commit(
     committed: list[Any] | None = None,
 ) -> Any:
     return commit_tasks(
-        producer,
-        guarantee=guarantee,
+        OpenTransaction(producer, guarantee=guarantee, known_topics=["out"]),
         stores=[StoreTopic(store=store, topic=TOPIC, topic_id="topic-id-1")],
         outputs=[OutputRecord(topic="out", key=b"k", value=b"v")],
         offsets=[TopicPartition("in", 3, 42)],
@@ -55,14 +54,16 @@ def test_success_produces_commits_then_applies(store: TaskStore[str, int]) -> No
     store.store.put("b", 2)
     store.store.delete("b")
     result = _commit(producer, store)
+    # no flush before the commit: commit_transaction waits for every acknowledgement; the
+    # flush after it serves the delivery report of each partition's last changelog record
     assert producer.calls == [
         "begin",
         "produce",
         "produce",
         "produce",
-        "flush",
         "send_offsets",
         "commit",
+        "flush",
     ]
     assert result.changelog_records == 2 and result.outputs == 1
     assert [(k, v) for _o, k, v in producer.log[(TOPIC, 3)]] == [
@@ -92,7 +93,7 @@ def test_a_second_commit_continues_after_the_marker(store: TaskStore[str, int]) 
     assert store.engine.applied_offset() == 3
 
 
-@pytest.mark.parametrize("step", ["begin", "produce", "flush", "send_offsets", "commit"])
+@pytest.mark.parametrize("step", ["begin", "produce", "send_offsets", "commit"])
 def test_an_abortable_error_at_any_step_aborts_and_leaves_rocksdb_alone(
     store: TaskStore[str, int], step: str
 ) -> None:
@@ -107,7 +108,7 @@ def test_an_abortable_error_at_any_step_aborts_and_leaves_rocksdb_alone(
     assert not store.pending, "the buffer is dropped"
     assert store.store.get("a") == 1 and store.engine.applied_offset() == 1
     assert ("abort" in producer.calls[-1:]) == (step != "begin")
-    assert [v for *_rest, v in producer.committed] == [IntSerde().serialize(1), b"v"]
+    assert [v for *_rest, v in producer.committed] == [b"v", IntSerde().serialize(1)]
 
 
 @pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH])
@@ -128,7 +129,7 @@ def test_a_retriable_commit_error_is_retried(store: TaskStore[str, int]) -> None
     store.store.put("a", 1)
     producer.fail["commit"] = kafka_exception(KafkaError._TIMED_OUT, retriable=True)
     _commit(producer, store)
-    assert producer.calls[-2:] == ["commit", "commit"]
+    assert producer.calls[-3:] == ["commit", "commit", "flush"]
     assert store.store.get("a") == 1
 
 
@@ -162,8 +163,7 @@ def test_a_commit_larger_than_the_producer_queue_waits_for_room(
 def test_output_headers_are_produced(store: TaskStore[str, int]) -> None:
     producer = FakeProducer()
     commit_tasks(
-        producer,
-        guarantee="exactly_once_v2",
+        OpenTransaction(producer, guarantee="exactly_once_v2", known_topics=["dlq"]),
         stores=[],
         outputs=[OutputRecord(topic="dlq", key=b"k", value=b"v", headers=[("h", b"1")])],
         offsets=[],
@@ -172,3 +172,42 @@ def test_output_headers_are_produced(store: TaskStore[str, int]) -> None:
         timeout_s=5,
     )
     assert producer.headers == [[("h", b"1")]]
+
+
+def test_a_failed_send_never_raises_and_the_commit_aborts_with_it(
+    store: TaskStore[str, int],
+) -> None:
+    producer = FakeProducer()
+    transaction = OpenTransaction(producer, guarantee="exactly_once_v2", known_topics=["out"])
+    producer.fail["produce"] = kafka_exception(KafkaError.ILLEGAL_GENERATION, abortable=True)
+    transaction.send("out", b"k1", b"v1")  # user code never sees the client's error
+    transaction.send("out", b"k2", b"v2")  # nor a second time: nothing more is produced
+    assert transaction.failure is not None and transaction.failure.code == "ILLEGAL_GENERATION"
+    store.store.put("a", 1)
+    with pytest.raises(TransactionAbortedError) as caught:
+        commit_tasks(
+            transaction,
+            stores=[StoreTopic(store=store, topic=TOPIC, topic_id="topic-id-1")],
+            offsets=[TopicPartition("in", 3, 42)],
+            group_metadata=lambda: "group-metadata",
+            commit_offsets=lambda tps: None,
+            timeout_s=5,
+        )
+    assert caught.value.code == "ILLEGAL_GENERATION"
+    assert producer.calls == ["begin", "produce", "abort"]
+    assert producer.committed == [] and not store.pending and store.engine.applied_offset() is None
+    assert transaction.failure is None and not transaction.open, (
+        "the next transaction starts afresh"
+    )
+
+
+def test_abandon_aborts_the_outputs_already_produced() -> None:
+    producer = FakeProducer()
+    transaction = OpenTransaction(producer, guarantee="exactly_once_v2", known_topics=["out"])
+    transaction.send("out", b"k", b"v")
+    assert transaction.open and transaction.sent == 1
+    transaction.abandon(1)
+    assert producer.calls == ["begin", "produce", "abort"] and producer.committed == []
+    assert not transaction.open and transaction.sent == 0
+    transaction.abandon(1)  # nothing open: nothing to abort
+    assert producer.calls.count("abort") == 1

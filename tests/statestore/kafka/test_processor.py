@@ -129,7 +129,9 @@ def test_an_exception_abandons_every_task_and_the_retry_applies_once(tmp_path: P
             processor.poll_once(0.01)
         assert caught.value.offset == 13 // PARTITIONS and caught.value.partition == 1
         assert isinstance(caught.value.__cause__, BadRecordError)
-        assert cluster.producers[0].calls.count("begin") == 0, "nothing was produced"
+        calls = cluster.producers[0].calls
+        assert calls[-1] == "abort" and "commit" not in calls, "what was sent is aborted"
+        assert cluster.records("out") == []
         for store in processor.stores("sums").values():
             assert dict(store.items()) == {}, "the buffers were dropped"
         processor.poll_once(0.01)  # the loop catches and goes on: everything replayed
@@ -143,7 +145,8 @@ def test_with_block_leaving_on_an_exception_commits_nothing(tmp_path: Path) -> N
     processor = _processor(cluster, tmp_path, lambda seq: seq == 19)
     with pytest.raises(ProcessingError), processor:
         _run_then_poll(processor)
-    assert "begin" not in cluster.producers[0].calls
+    assert "commit" not in cluster.producers[0].calls
+    assert "abort" in cluster.producers[0].calls, "the outputs sent were aborted"
     assert cluster.records("out") == [] and cluster.group_offsets == {}
 
 
