@@ -101,6 +101,7 @@ from statestore.kafka.topics import (
     partition_counts,
 )
 from statestore.stores.restore import StateRestoreListener
+from statestore.stores.time.ttl import TtlKeyValueStore
 from statestore.stores.typed import KeyValueStore
 
 __all__ = ["FATAL_COMMIT_CODES", "Processor", "ProcessorContext", "RebalanceEvent", "TaskRestored"]
@@ -802,6 +803,11 @@ class Processor:
         """
         self._last_commit = time.monotonic()
         self._processed_since_commit = 0
+        for task in self._running():  # TTL stores: expired keys' tombstones join this transaction
+            for task_store in task.stores.values():
+                top = task_store.store
+                if isinstance(top, TtlKeyValueStore) and top.sweep_due():
+                    top.expire()
         offsets = self._pending_offsets()
         stores = [
             StoreTopic(

@@ -170,10 +170,14 @@ class PartitionReplay:
         start_offset: int,
         end_offset: int,
         record_format: RecordFormat = "plain",
+        expiry_cutoff_ms: int | None = None,
     ) -> None:
         self.store = store
         self.record_format = record_format
         """How records map to RocksDB entries (a store in time puts the record's timestamp back)."""
+        self.expiry_cutoff_ms = expiry_cutoff_ms
+        """A store with a TTL: a value stamped at or before this is applied as a delete (as in
+        local mode, :func:`statestore.stores.time.layout.restored_pairs`)."""
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -292,7 +296,9 @@ class RestoreSession:
             value = message.value()
             if replay.record_format != "plain":
                 ((restored, value),) = restored_pairs(
-                    replay.record_format, ((key, message.timestamp()[1], value),)
+                    replay.record_format,
+                    ((key, message.timestamp()[1], value),),
+                    expiry_cutoff_ms=replay.expiry_cutoff_ms,
                 )
                 key = cast("bytes", restored)  # a key in gives a key out
             replay.pending.append((key, value))
@@ -377,8 +383,12 @@ def restore_partition(
     listener: StateRestoreListener | None = None,
     wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     clock: Callable[[], float] = time.monotonic,
+    record_format: RecordFormat = "plain",
+    expiry_cutoff_ms: int | None = None,
 ) -> int:
     """Replay ``topic``-``partition`` ``[start_offset, end_offset)`` into ``engine``; the count.
+
+    ``record_format`` and ``expiry_cutoff_ms`` as :class:`PartitionReplay` takes them.
 
     A :class:`RestoreSession` of one partition, stepped until it finishes: ends
     with one WriteBatch holding the applied offset ``end_offset``, the topic id
@@ -400,6 +410,8 @@ def restore_partition(
         engine=engine,
         start_offset=start_offset,
         end_offset=end_offset,
+        record_format=record_format,
+        expiry_cutoff_ms=expiry_cutoff_ms,
     )
     finished = session.add([replay])
     try:

@@ -324,6 +324,7 @@ class Restorer:
                 start_offset=plan.start_offset,
                 end_offset=high,
                 record_format=spec.record_format,
+                expiry_cutoff_ms=spec.expiry_cutoff_ms(self._wall_clock_ms()),
             )
             restoring.plans[name] = plan
             restoring.replays[replay.key] = replay

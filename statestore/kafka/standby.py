@@ -244,7 +244,9 @@ class StandbyTasks:
                 records = [
                     (k, v)
                     for k, v in restored_pairs(
-                        record_format, [(k, t, v) for _o, k, t, v in entries]
+                        record_format,
+                        [(k, t, v) for _o, k, t, v in entries],
+                        expiry_cutoff_ms=self._specs[name].expiry_cutoff_ms(self._wall_clock_ms()),
                     )
                     if k is not None
                 ]

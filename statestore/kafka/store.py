@@ -72,7 +72,7 @@ from statestore.stores.spec import RECORD_OVERHEAD_BYTES
 from statestore.stores.time.base import TimeStoreBase
 from statestore.stores.time.layout import RecordFormat, changelog_records
 from statestore.stores.time.segments import SegmentedEngine
-from statestore.stores.time.settings import TimeSettings
+from statestore.stores.time.settings import TimeSettings, TtlSettings
 from statestore.stores.time.top import wrap_time_store
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.participant import Participant, Records
@@ -130,6 +130,22 @@ class KafkaStoreSpec:
     ) -> KafkaStoreSpec:
         """A timestamped key-value store (:class:`~statestore.TimestampedKeyValueStore`)."""
         return cls._of(name, TimeSettings.timestamped_key_value(), key_serde, value_serde)
+
+    @classmethod
+    def ttl(
+        cls,
+        name: str,
+        *,
+        ttl: TtlSettings,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> KafkaStoreSpec:
+        """A key-value store whose values expire (:class:`~statestore.TtlKeyValueStore`).
+
+        As in local mode (docs/time.md, "TTL"), except that the broker's cleaner knows
+        no TTL: expired values leave the topic by the sweep's tombstones.
+        """
+        return cls._of(name, TimeSettings.timestamped_key_value(ttl=ttl), key_serde, value_serde)
 
     @classmethod
     def window(
@@ -200,6 +216,12 @@ class KafkaStoreSpec:
     def record_format(self) -> RecordFormat:
         """How RocksDB entries map to changelog records (:mod:`statestore.stores.time.layout`)."""
         return "plain" if self.time is None else self.time.record_format
+
+    def expiry_cutoff_ms(self, now_ms: int) -> int | None:
+        """A store with a TTL: the restore's expiry cutoff at ``now_ms`` (else ``None``)."""
+        if self.time is None or self.time.ttl is None:
+            return None
+        return now_ms - self.time.ttl.ttl_ms
 
     def open_engine(self, path: Path, *, config: RocksDBConfig, label: str) -> RocksDBEngine:
         """Open (creating if missing) this store's RocksDB partition at ``path``.

@@ -101,7 +101,7 @@ class TtlSettings:
     timestamp: TtlTimestamp = attrs.field(default="wall-clock", validator=_ttl_timestamp)
     """What a value's age is measured from: ``wall-clock`` (its put) or ``record`` (its ``timestamp_ms``)."""
     sweep_interval_ms: int = attrs.field(default=60_000, validator=_non_negative, eq=False)
-    """How often a manager commit sweeps expired keys into tombstones (0: every commit)."""
+    """How long after the open or the last sweep a commit sweeps expired keys into tombstones (0: every commit)."""
 
 
 def _ttl_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

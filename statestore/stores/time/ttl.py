@@ -180,6 +180,8 @@ class TtlKeyValueStore(TimeStoreBase[K, V]):
         super().__init__(inner, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms)
         self._ttl = ttl
         self._decoder: _Decoder[K, V] = _Decoder(self, ttl.ttl_ms, now_ms)
+        self._next_sweep_ms = now_ms() + ttl.sweep_interval_ms
+        """When :meth:`sweep_due` says yes: ``sweep_interval_ms`` after the open or the last sweep."""
 
     @property
     def ttl(self) -> TtlSettings:
@@ -367,13 +369,13 @@ class TtlKeyValueStore(TimeStoreBase[K, V]):
             self._inner.put_all([(key, None) for key in expired])
         counts.expired_swept += len(expired)
         counts.sweeps += 1
-        counts.last_sweep_ms = self._now_ms()
+        counts.last_sweep_ms = now = self._now_ms()
+        self._next_sweep_ms = now + self._ttl.sweep_interval_ms
         return len(expired)
 
     def sweep_due(self) -> bool:
-        """Whether ``sweep_interval_ms`` has passed since the last sweep (or none ran yet)."""
-        last = self._decoder.counts.last_sweep_ms
-        return last is None or self._now_ms() - last >= self._ttl.sweep_interval_ms
+        """Whether ``sweep_interval_ms`` has passed since the last sweep (or since the open)."""
+        return self._now_ms() >= self._next_sweep_ms
 
 
 class TtlStoreReader(Generic[K, V]):

@@ -135,9 +135,15 @@ class FakeMessage:
         key: bytes | None,
         value: bytes | None,
         error: Any = None,
+        timestamp_ms: int = 0,
     ) -> None:
         self._topic, self._partition = topic, partition
         self._offset, self._key, self._value, self._error = offset, key, value, error
+        self._timestamp_ms = timestamp_ms
+
+    def timestamp(self) -> tuple[int, int]:
+        """``(TIMESTAMP_CREATE_TIME, ms)`` as confluent-kafka's ``Message.timestamp``."""
+        return 1, self._timestamp_ms
 
     def topic(self) -> str:
         return self._topic
@@ -176,8 +182,11 @@ class FakeRestoreConsumer:
         stuck_at: int | None = None,
         logs: dict[int, tuple[list[tuple[int, bytes | None, bytes | None]], int]] | None = None,
         per_partition: int = 1000,
+        timestamps: dict[int, int] | None = None,
     ) -> None:
         self.records = records
+        self.timestamps = timestamps or {}
+        """Each offset's CreateTime (0 when not given)."""
         self.end_offset = end_offset
         self.stuck_at = stuck_at
         self.logs = logs or {}
@@ -207,7 +216,7 @@ class FakeRestoreConsumer:
             records, end = self._log(partition)
             limit = end if self.stuck_at is None else min(end, self.stuck_at)
             batch = [
-                FakeMessage(topic, partition, o, k, v)
+                FakeMessage(topic, partition, o, k, v, timestamp_ms=self.timestamps.get(o, 0))
                 for o, k, v in records
                 if position <= o < limit
             ][: min(self.per_partition, num_messages - len(out))]

@@ -236,3 +236,32 @@ def test_a_partition_with_nothing_to_replay_finishes_when_added(tmp_path: Path) 
     assert consumer.assigned == [] and engine.applied_offset() == 7
     assert stored_topic_id(engine) == "id"
     engine.close()
+
+
+@pytest.mark.parametrize("start", [0, 2])
+def test_a_ttl_store_restores_expired_values_as_deletes(tmp_path: Path, start: int) -> None:
+    """The broker restore applies the local rule: a value stamped at or before the cutoff is a
+    delete, so an older live value (applied before ``start``, or earlier in the replay) goes."""
+    engine = _engine(tmp_path)
+    stamp = (NOW).to_bytes(8, "big")
+    engine.write([(b"a", stamp + b"old")], 2)  # what an incremental restore starts from
+    # a@1 live for long; a@2 stamped earlier and expired; b@3 live; c@4 expired
+    records = [(1, b"a", b"v1"), (2, b"a", b"v2"), (3, b"b", b"v3"), (4, b"c", b"v4")]
+    timestamps = {1: NOW, 2: NOW - 500, 3: NOW - 10, 4: NOW - 100}
+    consumer = FakeRestoreConsumer(records, end_offset=5, timestamps=timestamps)
+    restore_partition(
+        consumer,
+        engine,
+        store="s",
+        topic="t",
+        partition=0,
+        topic_id="id",
+        start_offset=start,
+        end_offset=5,
+        batch_bytes=1000,
+        stall_timeout_s=5,
+        record_format="timestamped",
+        expiry_cutoff_ms=NOW - 100,
+    )
+    assert dict(engine.items()) == {b"b": (NOW - 10).to_bytes(8, "big") + b"v3"}
+    engine.close()
