@@ -80,12 +80,7 @@ from statestore.kafka.handlers import (
     dead_letter_headers,
     log_and_fail,
 )
-from statestore.kafka.query import (
-    InteractiveQueries,
-    KeyQueryMetadata,
-    QueryResult,
-    describe_group,
-)
+from statestore.kafka.query import InteractiveQueries, KeyQueryMetadata, QueryResult
 from statestore.kafka.restore import applied_meta
 from statestore.kafka.restorer import RestoredTask, Restorer, TaskRestored
 from statestore.kafka.standby import StandbyTasks, group_owners, standby_partitions
@@ -927,31 +922,22 @@ class Processor:
         self._standby.poll()
 
     def _tend_queries(self) -> None:
-        """Describe the group now and then; publish the running and standby partitions' readers."""
+        """Refresh the query metadata now and then (never waiting for the broker); publish the
+        running and standby partitions' readers."""
         now = time.monotonic()
-        if (now - self._queries_refreshed) * 1000 >= self._config.query_metadata_refresh_ms:
+        ask = (now - self._queries_refreshed) * 1000 >= self._config.query_metadata_refresh_ms
+        if ask:
             self._queries_refreshed = now
-            try:
-                view = describe_group(
-                    self._admin,
-                    self._config.application_id,
-                    self._config.input_topics[0],
-                    partitions=self._partitions,
-                    replicas=self._config.num_standby_replicas,
-                    now_ms=self._wall_clock_ms(),
-                )
-            except Exception as exc:  # noqa: BLE001 - metadata is best effort; retried next time
-                logger.info("query metadata not refreshed: %s", exc)
-            else:
-                self._queries.publish_view(view)
-            try:
-                self._queries.refresh_stable(
-                    self._admin,
-                    {name: info.name for name, info in self._topics.items()},
-                    self._standby,
-                )
-            except KafkaClientError as exc:  # the standbys' lag stays as it was; retried
-                logger.info("standby end offsets not refreshed: %s", exc)
+        self._queries.tend(
+            self._admin,
+            ask=ask,
+            group=self._config.application_id,
+            topic=self._config.input_topics[0],
+            partitions=self._partitions,
+            replicas=self._config.num_standby_replicas,
+            changelogs={name: info.name for name, info in self._topics.items()},
+            standbys=self._standby,
+        )
         active = {
             name: {task.partition: task.stores[name].store.reader() for task in self._running()}
             for name, spec in self._specs.items()

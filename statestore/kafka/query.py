@@ -37,7 +37,7 @@ Lag of a standby: the end of a changelog partition, for a ``read_committed``
 reader, is its **last stable offset** (every transaction committed before it
 lies below; Kafka's ``endOffsets`` under ``read_committed``), which the
 processor asks the broker for every ``query_metadata_refresh_ms``
-(:meth:`InteractiveQueries.refresh_stable`, one ``list_offsets`` request).
+(:meth:`InteractiveQueries.tend`, one ``list_offsets`` request).
 ``offset_lag`` is that end minus the standby's position; ``caught_up_ms`` is
 the time the request for the newest end the standby has reached was *sent*,
 so the standby holds every transaction that committed before
@@ -61,6 +61,7 @@ of a partition (revoked, lost) either completes or raises
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -70,7 +71,7 @@ import attrs
 from statestore.errors import InvalidStateStoreError, SerializationError
 from statestore.kafka.endpoint import HostInfo, parse_client_id
 from statestore.kafka.errors import NotOwnerError, StandbyTooStaleError
-from statestore.kafka.topics import last_stable_offsets
+from statestore.kafka.topics import request_last_stable_offsets
 from statestore.partitioner import partition_for
 from statestore.serdes import Serde
 from statestore.stores.reader import StoreReader
@@ -86,10 +87,12 @@ __all__ = [
     "LagInfo",
     "MemberInfo",
     "QueryResult",
-    "describe_group",
+    "group_view",
 ]
 
 V = TypeVar("V")
+
+logger = logging.getLogger(__name__)
 
 
 @attrs.frozen(kw_only=True)
@@ -180,23 +183,14 @@ class GroupView:
         )
 
 
-def describe_group(
-    admin: Any,
-    group: str,
-    topic: str,
-    *,
-    partitions: int,
-    replicas: int,
-    now_ms: int,
-    timeout_s: float = 5,
+def group_view(
+    description: Any, topic: str, *, partitions: int, replicas: int, fetched_ms: int
 ) -> GroupView:
-    """The :class:`GroupView` of ``group`` from ``AdminClient.describe_consumer_groups``.
+    """The :class:`GroupView` of a ``describe_consumer_groups`` result.
 
     A member's partitions are its current assignment of ``topic`` (one input
     topic stands for all: they are co-partitioned).
     """
-    futures = admin.describe_consumer_groups([group], request_timeout=timeout_s)
-    description = futures[group].result(timeout=timeout_s)
     members = []
     for member in description.members:
         assignment = member.assignment
@@ -210,7 +204,9 @@ def describe_group(
                 partitions=tuple(sorted(tp.partition for tp in tps if tp.topic == topic)),
             )
         )
-    return GroupView.of(tuple(members), partitions=partitions, replicas=replicas, fetched_ms=now_ms)
+    return GroupView.of(
+        tuple(members), partitions=partitions, replicas=replicas, fetched_ms=fetched_ms
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -294,6 +290,10 @@ class InteractiveQueries:
         """Processor's thread only: last stable offsets of the standbys' changelog partitions."""
         self._stable_at_ms = 0
         """When ``_stable`` was asked for (wall clock, before the request)."""
+        self._described: tuple[Any, int] | None = None
+        """Processor's thread only: the description asked for and when, until it arrives."""
+        self._stable_asked: tuple[dict[tuple[str, int], Any], int] | None = None
+        """Processor's thread only: the stable offsets asked for and when, until they arrive."""
 
     @property
     def endpoint(self) -> HostInfo | None:
@@ -328,21 +328,73 @@ class InteractiveQueries:
             tuple(sorted(local.standby.get(store, {}))),
         )
 
-    def refresh_stable(
-        self, admin: Any, topics: Mapping[str, str], standbys: StandbyTasks | None
+    def tend(
+        self,
+        admin: Any,
+        *,
+        ask: bool,
+        group: str,
+        topic: str,
+        partitions: int,
+        replicas: int,
+        changelogs: Mapping[str, str],
+        standbys: StandbyTasks | None,
     ) -> None:
-        """Ask the broker for the last stable offset of every standby partition (processor's
-        thread, every ``query_metadata_refresh_ms``): the end a standby is measured against."""
-        partitions = [] if standbys is None else sorted(standbys.partitions)
-        if not partitions:
+        """Ask the broker again (``ask``, unless a request is still out) and take the answers
+        that arrived: the group's description (:meth:`publish_view`) and the last stable
+        offset of every standby partition, the end a standby is measured against.
+
+        Processor's thread, once per poll; never waits for the broker (the admin
+        client's futures are polled).  A failed request is logged and asked again
+        at the next ``ask``.
+        """
+        standby_partitions = [] if standbys is None else sorted(standbys.partitions)
+        try:
+            if ask and self._described is None:
+                self._described = (
+                    admin.describe_consumer_groups([group], request_timeout=5)[group],
+                    self._wall_clock_ms(),
+                )
+            if ask and self._stable_asked is None and standby_partitions:
+                at_ms = self._wall_clock_ms()  # before the request: what it shows is that old
+                futures = {
+                    (name, p): future
+                    for name, changelog in changelogs.items()
+                    for p, future in request_last_stable_offsets(
+                        admin, changelog, standby_partitions
+                    ).items()
+                }
+                self._stable_asked = (futures, at_ms)
+        except Exception as exc:  # noqa: BLE001 - best effort; asked again
+            logger.info("query metadata not requested: %s", exc)
+        if not standby_partitions:
             self._stable = {}
-            return
-        at_ms = self._wall_clock_ms()
-        stable = {}
-        for name, topic in topics.items():
-            for p, offset in last_stable_offsets(admin, topic, partitions).items():
-                stable[(name, p)] = offset
-        self._stable, self._stable_at_ms = stable, at_ms
+        if self._described is not None and self._described[0].done():
+            future, asked_ms = self._described
+            self._described = None
+            try:
+                description = future.result()
+            except Exception as exc:  # noqa: BLE001 - best effort; asked again
+                logger.info("query metadata not refreshed: %s", exc)
+            else:
+                self.publish_view(
+                    group_view(
+                        description,
+                        topic,
+                        partitions=partitions,
+                        replicas=replicas,
+                        fetched_ms=asked_ms,
+                    )
+                )
+        if self._stable_asked is not None and all(f.done() for f in self._stable_asked[0].values()):
+            futures, at_ms = self._stable_asked
+            self._stable_asked = None
+            try:
+                stable = {key: future.result().offset for key, future in futures.items()}
+            except Exception as exc:  # noqa: BLE001 - the lag stays as it was; asked again
+                logger.info("standby end offsets not refreshed: %s", exc)
+            else:
+                self._stable, self._stable_at_ms = stable, at_ms
 
     def refresh_local(
         self,

@@ -54,8 +54,8 @@ __all__ = [
     "check_topic_rights",
     "ensure_changelog_topic",
     "ensure_changelog_topics",
-    "last_stable_offsets",
     "partition_counts",
+    "request_last_stable_offsets",
     "topic_info",
     "validate_changelog_topic",
     "watermarks",
@@ -426,23 +426,19 @@ def watermarks(
     return {p: (low, high) for p, (low, high) in result.items()}
 
 
-def last_stable_offsets(
-    admin: Any, topic: str, partitions: Iterable[int], *, timeout_s: float = 10
-) -> dict[int, int]:
-    """``partition -> last stable offset``: the end a ``read_committed`` reader can reach now
-    (every transaction committed before the call lies below it; an open one does not)."""
+def request_last_stable_offsets(
+    admin: Any, topic: str, partitions: Iterable[int]
+) -> dict[int, Any]:
+    """``partition -> future`` of the last stable offset: the end a ``read_committed`` reader
+    can reach (every transaction committed before the request lies below it, an open one does
+    not).  A future's result has ``.offset``; a failed request raises from ``result()``."""
     from confluent_kafka import IsolationLevel, TopicPartition  # noqa: PLC0415
 
     offset_spec = _admin_api().OffsetSpec
     request = {TopicPartition(topic, p): offset_spec.latest() for p in partitions}
     if not request:
         return {}
-    try:
-        futures = admin.list_offsets(
-            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
-        )
-        return {
-            tp.partition: future.result(timeout=timeout_s).offset for tp, future in futures.items()
-        }
-    except Exception as exc:
-        raise _wrap(f"list stable offsets of {topic!r}", exc) from exc
+    futures = admin.list_offsets(
+        request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10
+    )
+    return {tp.partition: future for tp, future in futures.items()}

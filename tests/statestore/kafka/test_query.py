@@ -333,6 +333,9 @@ def test_queries_from_many_threads_while_the_processor_commits(tmp_path: Path) -
 # -- standby bounds ---------------------------------------------------------------------
 
 
+_GROUP: dict[str, Any] = {"group": "app", "topic": "in", "partitions": PARTITIONS, "replicas": 1}
+
+
 class _Standbys:
     """Stands in for StandbyTasks: real engines, offsets set by the test."""
 
@@ -381,10 +384,14 @@ def test_a_standby_answers_only_within_the_callers_bound(tmp_path: Path) -> None
         admin = cluster.clients().admin({})
         topics = {"visits": "changelog"}
 
+        view = queries.view
+        assert view is not None
+
         def refresh(position: int, stable: int) -> None:
             cluster.ends[("changelog", partition)] = stable  # committed end (LSO)
             standbys.positions[("visits", partition)] = (position, stable + 1)  # HW: open txn
-            queries.refresh_stable(admin, topics, standbys)  # type: ignore[arg-type]
+            queries.tend(admin, ask=True, changelogs=topics, standbys=standbys, **_GROUP)  # type: ignore[arg-type]
+            queries.publish_view(view)  # the fake group has no members: keep the test's
             queries.refresh_local({}, standbys, values)  # type: ignore[arg-type]
 
         refresh(10, 10)  # caught up with what was committed at 1_000_000
@@ -438,7 +445,16 @@ def test_a_standby_never_caught_up_has_no_staleness_and_fails_a_time_bound(
         cluster = FakeCluster()
         cluster.create("changelog", 1)
         cluster.ends[("changelog", 0)] = 80
-        queries.refresh_stable(cluster.clients().admin({}), {"visits": "changelog"}, standbys)  # type: ignore[arg-type]
+        queries.tend(
+            cluster.clients().admin({}),
+            ask=True,
+            changelogs={"visits": "changelog"},
+            standbys=standbys,  # type: ignore[arg-type]
+            **_GROUP,
+        )
+        queries.publish_view(  # the fake group has no members: the test's view again
+            GroupView.of((_member("b", 9090, 0),), partitions=1, replicas=1, fetched_ms=5)
+        )
         queries.refresh_local({}, standbys, {"visits": IntSerde()})  # type: ignore[arg-type]
         with pytest.raises(StandbyTooStaleError) as caught:
             queries.get("visits", "k", max_staleness_ms=1_000_000)
