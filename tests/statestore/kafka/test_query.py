@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -462,3 +463,50 @@ def test_a_standby_never_caught_up_has_no_staleness_and_fails_a_time_bound(
         assert queries.get("visits", "k", max_lag_records=30).lag.offset_lag == 30
     finally:
         engine.close()
+
+
+class _SlowAdmin:
+    """An admin client whose answers arrive when the test says (pending futures)."""
+
+    def __init__(self) -> None:
+        self.described: list[Future[Any]] = []
+
+    def describe_consumer_groups(self, groups: list[str], **_kw: Any) -> dict[str, Future[Any]]:
+        future: Future[Any] = Future()
+        self.described.append(future)
+        return {groups[0]: future}
+
+
+class _Description:
+    def __init__(self, members: list[MemberDescription]) -> None:
+        self.members = members
+
+
+def test_tend_never_waits_for_the_broker_and_publishes_what_arrived() -> None:
+    clock = [1000]
+    queries = InteractiveQueries(
+        key_serdes={"visits": StringSerde()}, endpoint=None, wall_clock_ms=lambda: clock[0]
+    )
+    admin = _SlowAdmin()
+
+    def tend(ask: bool) -> None:
+        queries.tend(admin, ask=ask, changelogs={}, standbys=None, **_GROUP)
+
+    tend(ask=True)  # asks, returns at once
+    assert len(admin.described) == 1
+    assert queries.view is None
+    clock[0] = 1500
+    tend(ask=True)  # still out: not asked twice
+    assert len(admin.described) == 1
+    admin.described[0].set_result(_Description([_other("m-1", "10.0.0.9:80", [0, 1, 2, 3])]))
+    tend(ask=False)
+    view = queries.view
+    assert view is not None
+    assert view.fetched_ms == 1000  # when it was asked, not when it arrived
+    assert queries.metadata_for_partition("visits", 2).active == HostInfo("10.0.0.9", 80)
+    tend(ask=True)
+    admin.described[1].set_exception(RuntimeError("coordinator moved"))
+    tend(ask=False)  # a failed answer keeps the last view
+    assert queries.view is view
+    tend(ask=True)
+    assert len(admin.described) == 3
