@@ -168,24 +168,39 @@ def _quantile(samples: list[float], q: float) -> float:
 
 FSYNC_DELAY_S = 0.02
 """Every changelog fsync of this test is slowed to this (a slow disk): one on the loop shows."""
-LAG_P90_BOUND_S = 0.005
-"""Nine in ten of the probe's wake-ups while commits run are at most 5 ms late.  A commit that
-blocked the loop (its fsync, its append, its RocksDB write) would make most wake-ups at least
-``FSYNC_DELAY_S`` late, as the control shows.  On this shared 2-core machine at load 9-10 an
-idle loop's probe measured p90 0.9-1.4 ms and the loop with 16 committing writers 0.7-1.3 ms
-(docs/serving.md)."""
+LAG_P50_BOUND_S = 0.005
+"""Half of the probe's wake-ups while commits run are at most 5 ms late.  Commits run on the
+loop (the control) make most wake-ups at least ``FSYNC_DELAY_S`` late.  The median, not a
+higher quantile or the maximum: on this shared 2-core machine those are the scheduler's.  At
+load average 11 an idle loop alone measured p50 0.25-2.4 ms, p90 6-8 ms and a worst wake-up of
+8-24 ms (docs/serving.md)."""
 LAG_MAX_BOUND_S = 0.2
-"""The single worst wake-up: the machine's scheduler decides it, not the commits (an idle loop
-alone measured up to 29-31 ms at load 9-10, and 340 ms once at load 14), so it is bounded
-loosely; it still catches a stall such as one slowed fsync on the loop repeated for 16 writers."""
+"""The single worst wake-up, bounded loosely for that reason (340 ms was seen once at load
+14); it still catches a stall such as the slowed fsyncs of 16 writers run on the loop."""
+
+
+class _StepThreads:
+    """A fault hook recording which threads run the changelog's append and fsync steps."""
+
+    def __init__(self, inner: Callable[[str, Path], None]) -> None:
+        self.inner = inner
+        self.threads: set[int] = set()
+
+    def __call__(self, step: str, path: Path) -> None:
+        if step in ("segment.append", "segment.flush"):
+            self.threads.add(threading.get_ident())
+        self.inner(step, path)
 
 
 @pytest.mark.parametrize("off_loop", [True, False])
 def test_commits_never_block_the_loop(tmp_path: Path, off_loop: bool) -> None:
-    """16 writers x 5 commits, fsyncs slowed to 20 ms: the loop stays within the bounds; the
-    control (the same commits run on the loop) blocks it."""
+    """16 writers x 5 commits, fsyncs slowed to 20 ms: no changelog append or fsync runs on the
+    loop's thread, and a loop-lag probe stays within the bounds; the control (the same commits
+    run on the loop) blocks it."""
+    loop_thread: list[int] = []
 
     async def main() -> list[float]:
+        loop_thread.append(threading.get_ident())
         async with await open_manager(tmp_path / "s") as manager:
             kv = await manager.store("kv")
             stop = asyncio.Event()
@@ -211,14 +226,17 @@ def test_commits_never_block_the_loop(tmp_path: Path, off_loop: bool) -> None:
             assert await kv.get_many([f"k{i}" for i in range(16)]) == [4] * 16
             return lags
 
-    with files.inject_faults(FsyncGate("kv", delay_s=FSYNC_DELAY_S)):
+    steps = _StepThreads(FsyncGate("kv", delay_s=FSYNC_DELAY_S))
+    with files.inject_faults(steps):
         lags = run(main)
-    p90, worst = _quantile(lags, 0.9), max(lags)
+    p50, worst = _quantile(lags, 0.5), max(lags)
     if off_loop:
-        assert p90 < LAG_P90_BOUND_S, f"p90 loop lag {p90 * 1000:.1f} ms over {len(lags)} wake-ups"
+        assert steps.threads and loop_thread[0] not in steps.threads
+        assert p50 < LAG_P50_BOUND_S, f"median loop lag {p50 * 1000:.1f} ms, {len(lags)} wake-ups"
         assert worst < LAG_MAX_BOUND_S, f"the loop was blocked for {worst * 1000:.1f} ms"
     else:
-        assert p90 >= FSYNC_DELAY_S  # the probe sees a blocked loop
+        assert loop_thread[0] in steps.threads
+        assert p50 >= FSYNC_DELAY_S  # the probe sees a blocked loop
 
 
 def test_a_cancelled_commit_is_still_committed_and_the_caller_can_find_out(tmp_path: Path) -> None:
