@@ -8,15 +8,11 @@ nothing without ``--apply``; then re-verifies the partition.
 from __future__ import annotations
 
 import argparse
-import io
 from typing import Any, TextIO
 
-from statestore.cli.output import format_table, write_json
-from statestore.cli.reverify import reverify
+from statestore.cli.output import format_table
 
 __all__ = ["cmd_rebuild_checkpoints"]
-
-_DRY_RUN = "dry run: nothing was changed; run again with --apply to do it"
 
 
 def cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
@@ -26,6 +22,9 @@ def cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
         plan_checkpoint_rebuild,
     )
     from statestore.cli.remedy import (  # noqa: PLC0415
+        end_applied,
+        end_dry_run,
+        end_nothing_to_do,
         partition_arg,
         partition_locks,
         recorded_log_config,
@@ -47,14 +46,11 @@ def cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
             "steps": plan.steps(),
         }
         if plan.nothing_to_do:
-            if args.json:
-                write_json(out, {"plan": doc, "applied": False, "nothing_to_do": True})
-            else:
-                out.write(
-                    f"rebuild the checkpoints of {partition}\n\nnothing to do: every checkpoint"
-                    " is readable and plausible\n"
-                )
-            return 0
+            text = (
+                f"rebuild the checkpoints of {partition}\n\nnothing to do: every checkpoint"
+                " is readable and plausible\n"
+            )
+            return end_nothing_to_do(out, doc, json=args.json, text=text)
         if not args.json:
             out.write(f"rebuild the checkpoints of {partition}\n\n")
             rows = [
@@ -75,18 +71,7 @@ def cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
             out.write("no segment is changed; nothing acknowledged is removed\nsteps:\n")
             out.writelines(f"  {step}\n" for step in plan.steps())
         if not args.apply:
-            if args.json:
-                write_json(out, {"plan": doc, "applied": False})
-            else:
-                out.write(f"\n{_DRY_RUN}\n")
-            return 0
+            return end_dry_run(out, doc, json=args.json)
         log_end = apply_checkpoint_rebuild(plan, config=recorded_log_config(partition)[0])
-    if args.json:
-        ok, verify_doc = reverify(partition, io.StringIO())
-        write_json(
-            out, {"plan": doc, "applied": True, "log_end_offset": log_end, "verify": verify_doc}
-        )
-    else:
-        out.write(f"\napplied: the log ends at offset {log_end}\n")
-        ok, _ = reverify(partition, out)
-    return 0 if ok else 1
+    text = f"the log ends at offset {log_end}"
+    return end_applied(out, partition, doc, json=args.json, text=text, log_end_offset=log_end)

@@ -45,6 +45,7 @@ from typing import Any, Final, TextIO
 import attrs
 
 from statestore.cli.output import format_bytes, format_table, write_json
+from statestore.cli.remedy import end_dry_run
 from statestore.cli.reverify import reverify
 from statestore.cli.statedir import find_stores, lock_holder, select_stores
 
@@ -239,11 +240,7 @@ def cmd_rebuild_rocksdb(args: argparse.Namespace, out: TextIO) -> int:
         )
         out.writelines(f"  {step}\n" for step in doc["steps"])
     if not args.apply:
-        if args.json:
-            write_json(out, {"plan": doc, "applied": False})
-        else:
-            out.write("\ndry run: nothing was changed; run again with --apply to do it\n")
-        return 0
+        return end_dry_run(out, doc, json=args.json)
     results = _apply(state_dir, dirs)
     sink: TextIO = out if not args.json else io.StringIO()
     if not args.json:

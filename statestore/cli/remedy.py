@@ -1,4 +1,5 @@
-"""What every ``statestore repair`` remedy shares: the partition argument, the locks, the settings.
+"""What every ``statestore repair`` remedy shares: the partition argument, the locks, the settings,
+and how a plan ends (nothing to do, a dry run, or applied and re-verified).
 
 Thread-safety: plain functions; :func:`partition_locks` holds the state
 directory's lock for its block.
@@ -7,18 +8,33 @@ directory's lock for its block.
 from __future__ import annotations
 
 import contextlib
+import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from statestore.cli.errors import UsageError
+from statestore.cli.output import write_json
+from statestore.cli.reverify import reverify
 from statestore.cli.statedir import is_partition_dir, lock_holder
 
 if TYPE_CHECKING:
     from changelog.config import LogConfig
 
-__all__ = ["partition_arg", "partition_locks", "recorded_log_config", "state_dir_of"]
+__all__ = [
+    "DRY_RUN",
+    "end_applied",
+    "end_dry_run",
+    "end_nothing_to_do",
+    "partition_arg",
+    "partition_locks",
+    "recorded_log_config",
+    "state_dir_of",
+]
+
+DRY_RUN: Final = "dry run: nothing was changed; run again with --apply to do it"
+"""The last line of every remedy's page without ``--apply``."""
 
 _CHANGELOG_DIR: Final = re.compile(r"^.+-changelog-\d+$")
 
@@ -92,3 +108,47 @@ def partition_locks(partition: Path, *, apply: bool, out: TextIO) -> Iterator[No
         return
     with DirectoryLock(state_dir):
         yield
+
+
+def end_nothing_to_do(out: TextIO, plan_doc: dict[str, Any], *, json: bool, text: str) -> int:
+    """A plan with nothing to do: ``{"plan", "applied": false, "nothing_to_do": true}`` or
+    ``text`` (the page: title and why); exit status 0."""
+    if json:
+        write_json(out, {"plan": plan_doc, "applied": False, "nothing_to_do": True})
+    else:
+        out.write(text)
+    return 0
+
+
+def end_dry_run(out: TextIO, plan_doc: dict[str, Any], *, json: bool) -> int:
+    """A plan printed without ``--apply``: ``{"plan", "applied": false}`` or :data:`DRY_RUN`;
+    exit status 0."""
+    if json:
+        write_json(out, {"plan": plan_doc, "applied": False})
+    else:
+        out.write(f"\n{DRY_RUN}\n")
+    return 0
+
+
+def end_applied(
+    out: TextIO,
+    partition: Path,
+    plan_doc: dict[str, Any],
+    *,
+    json: bool,
+    text: str,
+    log_end_offset: int | None = None,
+) -> int:
+    """An applied plan: ``applied: <text>`` (or the JSON document, with ``log_end_offset`` when
+    given), then ``statestore verify`` of ``partition``; exit status 0 when it verifies, else 1."""
+    if not json:
+        out.write(f"\napplied: {text}\n")
+        ok, _ = reverify(partition, out)
+        return 0 if ok else 1
+    ok, verify_doc = reverify(partition, io.StringIO())
+    result: dict[str, Any] = {"plan": plan_doc, "applied": True}
+    if log_end_offset is not None:
+        result["log_end_offset"] = log_end_offset
+    result["verify"] = verify_doc
+    write_json(out, result)
+    return 0 if ok else 1

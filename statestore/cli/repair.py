@@ -22,14 +22,20 @@ Subcommands: ``salvage`` (:mod:`statestore.cli.salvage`), ``truncate``,
 from __future__ import annotations
 
 import argparse
-import io
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, TextIO
 
 from statestore.cli.errors import non_negative
-from statestore.cli.output import VALUE_FORMATS, decode_for_display, format_table, write_json
-from statestore.cli.remedy import partition_arg, partition_locks, recorded_log_config, state_dir_of
-from statestore.cli.reverify import reverify
+from statestore.cli.output import VALUE_FORMATS, decode_for_display, format_table
+from statestore.cli.remedy import (
+    end_applied,
+    end_dry_run,
+    end_nothing_to_do,
+    partition_arg,
+    partition_locks,
+    recorded_log_config,
+    state_dir_of,
+)
 
 __all__ = [
     "add_repair_parser",
@@ -37,8 +43,6 @@ __all__ = [
     "cmd_rebuild_indexes",
     "cmd_truncate",
 ]
-
-_DRY_RUN: Final = "dry run: nothing was changed; run again with --apply to do it"
 
 
 # --------------------------------------------------------------------------- truncate, drop-torn-tail
@@ -214,21 +218,12 @@ def _run_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str
 
     doc = _truncation_doc(plan, args.key_format)
     if plan.nothing_to_do:
-        if args.json:
-            write_json(out, {"plan": doc, "applied": False, "nothing_to_do": True})
-        else:
-            out.write(
-                f"{title}\n\nnothing to remove: the log ends at {plan.log_end_offset_after}\n"
-            )
-        return 0
+        text = f"{title}\n\nnothing to remove: the log ends at {plan.log_end_offset_after}\n"
+        return end_nothing_to_do(out, doc, json=args.json, text=text)
     if not args.json:
         _print_truncation(plan, args, out, title)
     if not args.apply:
-        if args.json:
-            write_json(out, {"plan": doc, "applied": False})
-        else:
-            out.write(f"\n{_DRY_RUN}\n")
-        return 0
+        return end_dry_run(out, doc, json=args.json)
     split = [t for t in doc["transactions"] if t["committed"]]
     if split and not args.split_transactions:
         from changelog.errors import RepairRefusedError  # noqa: PLC0415
@@ -242,15 +237,8 @@ def _run_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str
             offset=split[0]["first_offset"],
         )
     log_end = apply_truncation(plan, config=recorded_log_config(plan.directory)[0])  # K7
-    if args.json:
-        ok, verify_doc = reverify(plan.directory, io.StringIO())
-        write_json(
-            out, {"plan": doc, "applied": True, "log_end_offset": log_end, "verify": verify_doc}
-        )
-    else:
-        out.write(f"\napplied: the log now ends at offset {log_end}\n")
-        ok, _ = reverify(plan.directory, out)
-    return 0 if ok else 1
+    text = f"the log now ends at offset {log_end}"
+    return end_applied(out, plan.directory, doc, json=args.json, text=text, log_end_offset=log_end)
 
 
 def cmd_truncate(args: argparse.Namespace, out: TextIO) -> int:
@@ -349,19 +337,10 @@ def cmd_rebuild_indexes(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"\n{changed} of {len(plan.files)} index files change\nsteps:\n")
             out.writelines(f"  {step}\n" for step in plan.steps())
         if not args.apply:
-            if args.json:
-                write_json(out, {"plan": doc, "applied": False})
-            else:
-                out.write(f"\n{_DRY_RUN}\n")
-            return 0
+            return end_dry_run(out, doc, json=args.json)
         apply_index_rebuild(plan, config=config)
-    if args.json:
-        ok, verify_doc = reverify(partition, io.StringIO())
-        write_json(out, {"plan": doc, "applied": True, "verify": verify_doc})
-    else:
-        out.write("\napplied: every index rebuilt from its .log\n")
-        ok, _ = reverify(partition, out)
-    return 0 if ok else 1
+    text = "every index rebuilt from its .log"
+    return end_applied(out, partition, doc, json=args.json, text=text)
 
 
 # --------------------------------------------------------------------------- the parser

@@ -15,11 +15,9 @@ printed; each is its own planned, crash-safe remedy).  Nothing changes without
 from __future__ import annotations
 
 import argparse
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from statestore.cli.output import write_json
 from statestore.cli.participants import (
     CoordinatorLog,
     Transaction,
@@ -27,7 +25,6 @@ from statestore.cli.participants import (
     find_transaction,
     read_coordinator_log,
 )
-from statestore.cli.reverify import reverify
 
 if TYPE_CHECKING:
     from changelog.repair.salvage import SalvagePlan, TransactionLoss
@@ -36,7 +33,6 @@ __all__ = ["cmd_salvage", "participants_doc", "transaction_participants"]
 
 _KEYS_SHOWN = 8
 """Keys of an unreadable range listed in the text output (``--json`` lists them all)."""
-_DRY_RUN = "dry run: nothing was changed; run again with --apply to do it"
 
 
 def transaction_participants(
@@ -356,6 +352,9 @@ def cmd_salvage(args: argparse.Namespace, out: TextIO) -> int:
         plan_salvage,
     )
     from statestore.cli.remedy import (  # noqa: PLC0415
+        end_applied,
+        end_dry_run,
+        end_nothing_to_do,
         partition_arg,
         partition_locks,
         recorded_log_config,
@@ -376,26 +375,12 @@ def cmd_salvage(args: argparse.Namespace, out: TextIO) -> int:
         coordinator = None if state_dir is None else read_coordinator_log(state_dir)
         doc = salvage_doc(plan, coordinator, state_dir)
         if plan.nothing_to_do:
-            if args.json:
-                write_json(out, {"plan": doc, "applied": False, "nothing_to_do": True})
-            else:
-                out.write(f"salvage {partition}\n\nnothing to salvage: every batch is valid\n")
-            return 0
+            text = f"salvage {partition}\n\nnothing to salvage: every batch is valid\n"
+            return end_nothing_to_do(out, doc, json=args.json, text=text)
         if not args.json:
             _print(plan, doc, out, state_dir)
         if not args.apply:
-            if args.json:
-                write_json(out, {"plan": doc, "applied": False})
-            else:
-                out.write(f"\n{_DRY_RUN}\n")
-            return 0
+            return end_dry_run(out, doc, json=args.json)
         log_end = apply_salvage(plan, config=recorded_log_config(partition)[0])
-    if args.json:
-        ok, verify_doc = reverify(partition, io.StringIO())
-        write_json(
-            out, {"plan": doc, "applied": True, "log_end_offset": log_end, "verify": verify_doc}
-        )
-    else:
-        out.write(f"\napplied: the log now ends at offset {log_end}\n")
-        ok, _ = reverify(partition, out)
-    return 0 if ok else 1
+    text = f"the log now ends at offset {log_end}"
+    return end_applied(out, partition, doc, json=args.json, text=text, log_end_offset=log_end)
