@@ -191,6 +191,8 @@ def make_cluster_app(owner: ProfileOwner, http: httpx.AsyncClient) -> Starlette:
             error = NotOwnerError(STORE_NAME, meta.partition, meta.active, meta.standbys, "")
             refused = refuse(request, error)
             return refused if refused is not None else await forward(request, meta.active, body)
+        if owner.failed is not None:  # its processor stopped: nothing here can commit
+            return _error(503, f"not acknowledged: this instance stopped on {owner.failed!r}")
         try:
             answer: Answer = await owner.submit(user_id, op, fields)
         except NotAcknowledgedError as exc:

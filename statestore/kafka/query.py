@@ -40,10 +40,10 @@ processor asks the broker for every ``query_metadata_refresh_ms``
 (:meth:`InteractiveQueries.tend`, one ``list_offsets`` request).
 ``offset_lag`` is that end minus the standby's position; ``caught_up_ms`` is
 the time the request for the newest end the standby has reached was *sent*,
-so the standby holds every transaction that committed before
-``caught_up_ms``, and ``staleness_ms`` at a read (``now - caught_up_ms``)
-bounds what is missing: nothing that was visible to ``read_committed``
-readers longer ago than that.  (``None``: never caught up.)  The staleness of
+so the standby holds every transaction that ``read_committed`` readers could
+see at ``caught_up_ms``, and ``staleness_ms`` at a read (``now -
+caught_up_ms``) bounds what is missing: nothing that was visible longer ago
+than that.  (``None``: never caught up.)  The staleness of
 a caught-up standby is therefore at least the age of the last request, up to
 ``query_metadata_refresh_ms``.  Visible is not acknowledged:
 ``commit_transaction`` returns once the coordinator logged the decision, and
@@ -260,9 +260,16 @@ class _Local:
 class InteractiveQueries:
     """The query side of a processor: metadata for keys and bounded local reads (module docstring).
 
-    Thread-safe: the processor's thread publishes, any thread calls
-    :meth:`metadata_for_key`, :meth:`metadata_for_partition` and :meth:`get`.
-    ``_lock`` guards the swap of the two snapshot references only.
+    Invariants: the published view and local snapshot are immutable and
+    replaced whole; a standby's ``caught_up_ms`` never decreases while it
+    stays a standby here (and is forgotten when it leaves); at most one
+    description and one stable-offsets request are out at a time.
+
+    Thread-safe: the processor's thread publishes (:meth:`tend`,
+    :meth:`refresh_local`, :meth:`publish_view`, :meth:`publish_local`), any
+    thread calls :meth:`metadata_for_key`, :meth:`metadata_for_partition`,
+    :meth:`local_partitions` and :meth:`get`.  ``_lock`` guards the swap of
+    the two snapshot references only.
     """
 
     def __init__(
