@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import attrs
 
 from statestore.cli.errors import UsageError
-from statestore.cli.output import format_table, write_json
+from statestore.cli.output import format_table, write_json, write_table
 from statestore.cli.statedir import find_stores, select_stores
 
 __all__ = ["cmd_metadata"]
@@ -114,7 +114,7 @@ def cmd_metadata(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"{args.store}: nothing to change\n")
         return 0
     rows = [[setting, before, after] for setting, before, after in planned]
-    out.write(format_table(["setting", "recorded", "new"], rows) + "\n")
+    write_table(out, ["setting", "recorded", "new"], rows)
     if args.apply:
         out.write(f"\nmetadata: migrated store {args.store!r} ({len(planned)} change(s))\n")
     else:

@@ -69,6 +69,18 @@ def format_table(
     return "\n".join(out)
 
 
+def write_table(
+    out: TextIO,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    right: Sequence[bool] | None = None,
+    end: str = "\n",
+) -> None:
+    """Write :func:`format_table` of ``headers`` and ``rows`` to ``out``, then ``end``."""
+    out.write(format_table(headers, rows, right=right) + end)
+
+
 def _cell(value: object) -> str:
     if value is None:
         return "-"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from statestore.cli.dump import DumpOptions, dump_paths
-from statestore.cli.output import format_bytes, format_table, write_json
+from statestore.cli.output import format_bytes, write_json, write_table
 from statestore.cli.progress import Progress
 from statestore.cli.statedir import (
     PartitionInfo,
@@ -137,26 +137,24 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
                     "-" if rocksdb is None else format_bytes(rocksdb),
                 ]
             )
-    out.write(
-        format_table(
-            [
-                "store",
-                "partition",
-                "log start",
-                "log end",
-                "segments",
-                "size",
-                "dirty ratio",
-                "records",
-                "markers",
-                "live keys",
-                "tombstones",
-                "rocksdb",
-            ],
-            rows,
-            right=[False, True, True, True, True, True, True, True, True, True, True, True],
-        )
-        + "\n"
+    write_table(
+        out,
+        [
+            "store",
+            "partition",
+            "log start",
+            "log end",
+            "segments",
+            "size",
+            "dirty ratio",
+            "records",
+            "markers",
+            "live keys",
+            "tombstones",
+            "rocksdb",
+        ],
+        rows,
+        right=[False, True, True, True, True, True, True, True, True, True, True, True],
     )
     for store in stores:
         for directory in store.changelog_dirs:
@@ -180,13 +178,11 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
                         "active" if i == len(info.segments) - 1 else "",
                     ]
                 )
-            out.write(
-                format_table(
-                    ["base offset", "next offset", "batches", "records", "size", ""],
-                    segment_rows,
-                    right=[True, True, True, True, True, False],
-                )
-                + "\n"
+            write_table(
+                out,
+                ["base offset", "next offset", "batches", "records", "size", ""],
+                segment_rows,
+                right=[True, True, True, True, True, False],
             )
     return 0
 
@@ -272,13 +268,11 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         ]
         for r in reports
     ]
-    out.write(
-        format_table(
-            ["partition", "segments", "batches", "records", "size", "result"],
-            rows,
-            right=[False, True, True, True, True, False],
-        )
-        + "\n"
+    write_table(
+        out,
+        ["partition", "segments", "batches", "records", "size", "result"],
+        rows,
+        right=[False, True, True, True, True, False],
     )
     problems = [p for r in reports for p in r.problems]
     if problems:

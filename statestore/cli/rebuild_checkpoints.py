@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from statestore.cli.output import format_table
+from statestore.cli.output import write_table
 
 __all__ = ["cmd_rebuild_checkpoints"]
 
@@ -62,7 +62,7 @@ def cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
                 ]
                 for c in plan.changes
             ]
-            out.write(format_table(["file", "holds", "becomes", "why"], rows) + "\n")
+            write_table(out, ["file", "holds", "becomes", "why"], rows)
             for first, end in plan.holes:
                 out.write(
                     f"hole between segments: offsets {first}..{end - 1} are in no segment"

@@ -44,7 +44,7 @@ from typing import Any, Final, TextIO
 
 import attrs
 
-from statestore.cli.output import format_bytes, format_table, write_json
+from statestore.cli.output import format_bytes, write_json, write_table
 from statestore.cli.remedy import end_dry_run
 from statestore.cli.reverify import reverify
 from statestore.cli.statedir import find_stores, lock_holder, select_stores
@@ -230,13 +230,12 @@ def cmd_rebuild_rocksdb(args: argparse.Namespace, out: TextIO) -> int:
             ]
             for d in dirs
         ]
-        out.write(
-            format_table(
-                ["store", "partition", "rocksdb", "files", "size", "offsets to replay"],
-                rows,
-                right=[False, True, False, True, True, True],
-            )
-            + "\nsteps:\n"
+        write_table(
+            out,
+            ["store", "partition", "rocksdb", "files", "size", "offsets to replay"],
+            rows,
+            right=[False, True, False, True, True, True],
+            end="\nsteps:\n",
         )
         out.writelines(f"  {step}\n" for step in doc["steps"])
     if not args.apply:
@@ -245,22 +244,21 @@ def cmd_rebuild_rocksdb(args: argparse.Namespace, out: TextIO) -> int:
     sink: TextIO = out if not args.json else io.StringIO()
     if not args.json:
         out.write("\napplied:\n")
-        out.write(
-            format_table(
-                ["store", "partition", "offsets replayed", "records", "entries"],
+        write_table(
+            out,
+            ["store", "partition", "offsets replayed", "records", "entries"],
+            [
                 [
-                    [
-                        r["store"],
-                        r["partition"],
-                        f"{r['start_offset']}..{r['end_offset']}",
-                        r["records_restored"],
-                        r["entries"],
-                    ]
-                    for r in results
-                ],
-                right=[False, True, True, True, True],
-            )
-            + "\n\n"
+                    r["store"],
+                    r["partition"],
+                    f"{r['start_offset']}..{r['end_offset']}",
+                    r["records_restored"],
+                    r["entries"],
+                ]
+                for r in results
+            ],
+            right=[False, True, True, True, True],
+            end="\n\n",
         )
     verified = [reverify(d.changelog, sink) for d in dirs]
     ok = all(v[0] for v in verified)

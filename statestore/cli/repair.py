@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from statestore.cli.errors import non_negative
-from statestore.cli.output import VALUE_FORMATS, decode_for_display, format_table
+from statestore.cli.output import VALUE_FORMATS, decode_for_display, format_table, write_table
 from statestore.cli.remedy import (
     end_applied,
     end_dry_run,
@@ -325,13 +325,11 @@ def cmd_rebuild_indexes(args: argparse.Namespace, out: TextIO) -> int:
                 ]
                 for f in plan.files
             ]
-            out.write(
-                format_table(
-                    ["file", "entries now", "entries rebuilt", "result"],
-                    rows,
-                    right=[False, True, True, False],
-                )
-                + "\n"
+            write_table(
+                out,
+                ["file", "entries now", "entries rebuilt", "result"],
+                rows,
+                right=[False, True, True, False],
             )
             changed = sum(1 for f in plan.files if f.changes)
             out.write(f"\n{changed} of {len(plan.files)} index files change\nsteps:\n")

@@ -23,9 +23,9 @@ from statestore.cli.output import (
     decode_for_display,
     encode_key,
     format_bytes,
-    format_table,
     jsonable,
     write_json,
+    write_table,
 )
 from statestore.cli.progress import Progress
 from statestore.cli.statedir import (
@@ -141,22 +141,20 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
                 "cleaned" if doc["cleaned"] else "nothing to clean",
             ]
         )
-    out.write(
-        format_table(
-            [
-                "partition",
-                "before",
-                "after",
-                "segments",
-                "records read",
-                "kept",
-                "tombstones removed",
-                "result",
-            ],
-            rows,
-            right=[False, True, True, True, True, True, True, False],
-        )
-        + "\n"
+    write_table(
+        out,
+        [
+            "partition",
+            "before",
+            "after",
+            "segments",
+            "records read",
+            "kept",
+            "tombstones removed",
+            "result",
+        ],
+        rows,
+        right=[False, True, True, True, True, True, True, False],
     )
     if any(not doc["cleaned"] for doc in docs) and not args.roll:
         out.write(
@@ -235,13 +233,11 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
         ]
         for doc in docs
     ]
-    out.write(
-        format_table(
-            ["store", "partition", "offsets replayed", "records", "time"],
-            rows,
-            right=[False, True, True, True, True],
-        )
-        + "\n"
+    write_table(
+        out,
+        ["store", "partition", "offsets replayed", "records", "time"],
+        rows,
+        right=[False, True, True, True, True],
     )
     out.write(f"\nrestore: rebuilt RocksDB of {len(stores)} store(s) from their changelogs\n")
     return 0
@@ -411,6 +407,6 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
         for key, _ in entries:
             out.write(_text(key) + "\n")
     else:
-        out.write(format_table(["key", "value"], [[_text(k), _text(v)] for k, v in entries]) + "\n")
+        write_table(out, ["key", "value"], [[_text(k), _text(v)] for k, v in entries])
     out.write(f"({len(entries)} entries)\n")
     return 0
