@@ -34,6 +34,7 @@ from statestore.kafka.errors import (
     ProducerFencedError,
     StandbyTooStaleError,
     TransactionAbortedError,
+    UnknownStorePartitionError,
 )
 from statestore.kafka.handlers import (
     ProcessingErrorContext,
@@ -90,6 +91,7 @@ __all__ = [
     "TaskStore",
     "TopicInfo",
     "TransactionAbortedError",
+    "UnknownStorePartitionError",
     "changelog_topic_name",
     "check_copartitioned",
     "ensure_changelog_topic",

@@ -16,6 +16,7 @@
         ├── IllegalTaskStateError        a task was asked for a move its state does not allow
         ├── NotOwnerError                a query for a partition this process does not serve
         │   └── StandbyTooStaleError     the standby here is behind the caller's bound
+        ├── UnknownStorePartitionError   a query names a store or partition that does not exist
         └── BrokerRestoreError           a partition could not be restored from its topic
 
 Every error carries structured fields.  A confluent-kafka ``KafkaException`` is
@@ -43,6 +44,7 @@ __all__ = [
     "ProducerFencedError",
     "StandbyTooStaleError",
     "TransactionAbortedError",
+    "UnknownStorePartitionError",
 ]
 
 
@@ -246,3 +248,21 @@ class StandbyTooStaleError(NotOwnerError):
         self.staleness_ms = staleness_ms
         self.max_lag_records = max_lag_records
         self.max_staleness_ms = max_staleness_ms
+
+
+class UnknownStorePartitionError(KafkaStateError):
+    """A query named ``store`` (and ``partition``) that the processor does not have: ``stores``
+    are the store names it has, ``partitions`` their partition count (``None``: not known yet)."""
+
+    def __init__(
+        self, store: str, partition: int | None, stores: Sequence[str], partitions: int | None
+    ) -> None:
+        if store not in stores:
+            what = f"no store named {store!r} (stores: {', '.join(sorted(stores))})"
+        else:
+            what = f"store {store!r} has no partition {partition} (partitions: {partitions})"
+        super().__init__(what)
+        self.store = store
+        self.partition = partition
+        self.stores = tuple(sorted(stores))
+        self.partitions = partitions

@@ -70,7 +70,11 @@ import attrs
 
 from statestore.errors import InvalidStateStoreError, SerializationError
 from statestore.kafka.endpoint import HostInfo, parse_client_id
-from statestore.kafka.errors import NotOwnerError, StandbyTooStaleError
+from statestore.kafka.errors import (
+    NotOwnerError,
+    StandbyTooStaleError,
+    UnknownStorePartitionError,
+)
 from statestore.kafka.topics import request_last_stable_offsets
 from statestore.partitioner import partition_for
 from statestore.serdes import Serde
@@ -460,7 +464,10 @@ class InteractiveQueries:
     def _store_serde(self, store: str) -> Serde[Any]:
         serde = self._key_serdes.get(store)
         if serde is None:
-            raise KeyError(f"no store named {store!r} (stores: {sorted(self._key_serdes)})")
+            view = self._view
+            raise UnknownStorePartitionError(
+                store, None, list(self._key_serdes), None if view is None else view.partitions
+            )
         return serde
 
     def partition_for_key(self, store: str, key: Any) -> int:
@@ -490,8 +497,10 @@ class InteractiveQueries:
         view = self._view
         if view is None:
             raise NotOwnerError(store, partition, None, (), "no group description yet")
-        if not 0 <= partition < view.partitions:
-            raise ValueError(f"partition {partition} out of range (0-{view.partitions - 1})")
+        if isinstance(partition, bool) or not 0 <= partition < view.partitions:
+            raise UnknownStorePartitionError(
+                store, partition, list(self._key_serdes), view.partitions
+            )
         return view.metadata(store, partition)
 
     def get(

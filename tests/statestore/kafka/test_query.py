@@ -33,6 +33,7 @@ from statestore.kafka import (
     ProcessorConfig,
     ProcessorContext,
     StandbyTooStaleError,
+    UnknownStorePartitionError,
 )
 from statestore.kafka.endpoint import advertised_client_id, parse_client_id
 from statestore.kafka.query import GroupView, InteractiveQueries, MemberInfo
@@ -269,6 +270,26 @@ def test_the_owner_answers_its_keys_and_refuses_the_others_naming_their_owner(
             assert "10.0.0.2:8080" in str(error)
             refused += 1
     assert answered > 0 and refused > 0
+
+
+def test_an_unknown_store_or_partition_is_a_typed_error(
+    running: tuple[FakeCluster, Processor],
+) -> None:
+    _cluster, processor = running
+    with pytest.raises(UnknownStorePartitionError) as store:
+        processor.metadata_for_key("visitz", "user-1")
+    assert (store.value.store, store.value.stores, store.value.partitions) == (
+        "visitz",
+        ("visits",),
+        PARTITIONS,
+    )
+    with pytest.raises(UnknownStorePartitionError):
+        processor.query("visitz", "user-1")
+    for partition in (-1, PARTITIONS):
+        with pytest.raises(UnknownStorePartitionError) as caught:
+            processor.metadata_for_partition("visits", partition)
+        assert (caught.value.partition, caught.value.partitions) == (partition, PARTITIONS)
+        assert f"no partition {partition}" in str(caught.value)
 
 
 def test_queries_are_refused_before_the_first_description_and_after_close(
