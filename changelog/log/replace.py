@@ -121,7 +121,7 @@ def replace_segments(
     Before it propagates, this closes the segments no list holds any more:
     new segments not yet swapped in (S2) and old ones taken out but not yet
     queued (S3-S4).  Their descriptors stayed open for the life of the
-    process before (``tests/changelog/test_replace_fds.py``).
+    process before (``tests/changelog/log/test_replace_fds.py``).
     """
     new = sorted(new_segments, key=lambda segment: segment.base_offset)
     old = sorted(old_segments, key=lambda segment: segment.base_offset)

@@ -399,7 +399,7 @@ def test_missing_segment_is_a_typed_error(partition: Path, which: str, clean: bo
     Detectable because segments are contiguous (``next offset`` of one segment
     is the base offset of the next, except after a segment below
     ``cleaner-swap-offset-checkpoint``, which this never-cleaned log does not
-    have; ``tests/changelog/test_loader_holes.py`` covers cleaned logs) and,
+    have; ``tests/changelog/log/test_loader_holes.py`` covers cleaned logs) and,
     after a clean shutdown, the recovery-point checkpoint holds the log end
     offset.  Not detectable, hence not tested:
     the active segment missing after an unclean shutdown (its base offset is

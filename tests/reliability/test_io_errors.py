@@ -168,7 +168,7 @@ def run_trial(
     finally:
         reopened.close()
     # The failed log was abandoned and the reopened one closed: nothing may keep a descriptor
-    # (a failed swap used to leak its segments': tests/changelog/test_replace_fds.py).
+    # (a failed swap used to leak its segments': tests/changelog/log/test_replace_fds.py).
     leaked = fds_under(directory)
     assert not leaked, f"fault at step {k} ({steps[k]}): {len(leaked)} descriptors left open"
     return "failed" if outcome.error is not None else "cleaner"
