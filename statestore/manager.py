@@ -405,6 +405,7 @@ class StateManager:
         value_serde: Serde[Any] | None = None,
         key_type: type[Any] | None = None,
         value_type: type[Any] | None = None,
+        partitions: int | None = None,
         log_config: LogConfig | None = None,
         rocksdb: RocksDBConfig | None = None,
         config: StoreConfig | None = None,
@@ -418,7 +419,8 @@ class StateManager:
         ``retain_duplicates`` are Kafka Streams' ``persistentWindowStore``
         arguments, recorded in the store's metadata.  The changelog defaults to
         ``cleanup_policy="compact,delete"`` with ``retention_ms`` = the store's
-        retention + 1 day, as Kafka Streams creates it.  One partition.
+        retention + 1 day, as Kafka Streams creates it.  ``partitions`` as
+        for :meth:`store`; a key's windows go to the partition of its plain key.
         """
         settings = TimeSettings.window(
             window_size_ms=window_size_ms,
@@ -428,7 +430,7 @@ class StateManager:
         )
         serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
         opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
-        top = self._open_time_store(name, settings, serdes, opening, partitions=1)
+        top = self._open_time_store(name, settings, serdes, opening, partitions=partitions)
         assert isinstance(top, WindowStore)  # the type follows the settings
         return top
 
@@ -442,6 +444,7 @@ class StateManager:
         value_serde: Serde[Any] | None = None,
         key_type: type[Any] | None = None,
         value_type: type[Any] | None = None,
+        partitions: int | None = None,
         log_config: LogConfig | None = None,
         rocksdb: RocksDBConfig | None = None,
         config: StoreConfig | None = None,
@@ -453,14 +456,15 @@ class StateManager:
         ``retention_ms`` and ``segment_interval_ms`` (default ``max(retention_ms /
         2, 60 s)``) are Kafka Streams' ``persistentSessionStore`` arguments,
         recorded in the store's metadata; the changelog defaults as for
-        :meth:`window_store`.  One partition.
+        :meth:`window_store`.  ``partitions`` as
+        for :meth:`store`; a key's sessions go to the partition of its plain key.
         """
         settings = TimeSettings.session(
             retention_ms=retention_ms, segment_interval_ms=segment_interval_ms
         )
         serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
         opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
-        top = self._open_time_store(name, settings, serdes, opening, partitions=1)
+        top = self._open_time_store(name, settings, serdes, opening, partitions=partitions)
         assert isinstance(top, SessionStore)  # the type follows the settings
         return top
 
@@ -473,6 +477,7 @@ class StateManager:
         value_serde: Serde[Any] | None = None,
         key_type: type[Any] | None = None,
         value_type: type[Any] | None = None,
+        partitions: int | None = None,
         log_config: LogConfig | None = None,
         rocksdb: RocksDBConfig | None = None,
         config: StoreConfig | None = None,
@@ -483,12 +488,13 @@ class StateManager:
 
         ``history_retention_ms`` is recorded in the store's metadata; the
         changelog defaults to ``min_compaction_lag_ms`` = history retention + 1
-        day, as Kafka Streams creates it.  One partition.
+        day, as Kafka Streams creates it.  ``partitions`` as
+        for :meth:`store`; a key's versions go to the partition of its plain key.
         """
         settings = TimeSettings.versioned_key_value(history_retention_ms=history_retention_ms)
         serdes = _pick_serdes(key_serde, value_serde, key_type, value_type)
         opening = _Opening(log_config, rocksdb, config, restore_listener, progress)
-        top = self._open_time_store(name, settings, serdes, opening, partitions=1)
+        top = self._open_time_store(name, settings, serdes, opening, partitions=partitions)
         assert isinstance(top, VersionedKeyValueStore)  # the type follows the settings
         return top
 

@@ -73,11 +73,13 @@ from statestore.stores.bytes_store import BytesStore, ChangeLogging
 from statestore.stores.change_logging import ChangeLoggingStore
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.metered import MeteredStore, PartitionMetrics
-from statestore.stores.partitioned import PartitionedStore
+from statestore.stores.partitioned import KeyRoute, PartitionedStore
 from statestore.stores.reader import StoreReader
 from statestore.stores.restore import ProgressHook, RestoreResult, StateRestoreListener, open_engine
 from statestore.stores.spec import StoreSpec
+from statestore.stores.time.layout import SuffixRoute
 from statestore.stores.time.segments import SegmentedEngine
+from statestore.stores.time.settings import TimeSettings
 from statestore.stores.typed import KeyValueStore
 from statestore.txn.coordinator import TransactionCoordinator
 from statestore.txn.participant import Committer
@@ -85,7 +87,7 @@ from statestore.txn.participant import Committer
 if TYPE_CHECKING:
     from statestore.stores._put import Pending
 
-__all__ = ["build_store", "wrap_partitions"]
+__all__ = ["build_store", "partition_route", "wrap_partitions"]
 
 logger = logging.getLogger(__name__)
 
@@ -174,8 +176,18 @@ def build_store(
             value_serde=value_serde,
             visibility=coordinator.visibility,
         ),
+        route=partition_route(spec.time),
     )
     return store, results
+
+
+def partition_route(time: TimeSettings | None) -> KeyRoute | None:
+    """How a store's router picks a key's partition: the plain key of a segmented store in
+    time (its windowed, session or versioned key without the suffix, as Kafka Streams
+    partitions), else the whole key (``None``)."""
+    if time is None or not time.segmented:
+        return None
+    return SuffixRoute(time.key_suffix_bytes)
 
 
 def wrap_partitions(
@@ -187,6 +199,7 @@ def wrap_partitions(
     max_record_bytes: int,
     committer: Committer | None,
     reader: StoreReader[Any, Any],
+    route: KeyRoute | None = None,
 ) -> KeyValueStore[Any, Any]:
     """Steps 4-5 and the top of the stack over restored change-logging layers, in both modes.
 
@@ -198,8 +211,9 @@ def wrap_partitions(
     several, and the typed store on top, which owns them all from here on
     (closing it closes them).  ``committer`` commits the store (``None``: the
     distributed runtime does); ``reader`` is the store's reader for other
-    threads (:meth:`~statestore.KeyValueStore.reader`).  The one place where the write buffer's fast
-    path is granted (see the module docstring).  Constructs nothing that can
+    threads (:meth:`~statestore.KeyValueStore.reader`); ``route`` is how the router picks
+    a key's partition (a store in time: :func:`partition_route`).  The one place where the
+    write buffer's fast path is granted (see the module docstring).  Constructs nothing that can
     fail halfway: the layers only take references.
     """
     layers: list[BytesStore] = []
@@ -209,7 +223,7 @@ def wrap_partitions(
         layers.append(buffer if meter is None else MeteredStore(buffer, meter))
         if len(parts) == 1 and (meter is None or not meter.operations_recorded):
             fast_path = buffer.fast_path()
-    inner: BytesStore = layers[0] if len(layers) == 1 else PartitionedStore(layers)
+    inner: BytesStore = layers[0] if len(layers) == 1 else PartitionedStore(layers, route)
     return KeyValueStore(
         name=name,
         inner=inner,

@@ -4,7 +4,10 @@ A key goes to partition ``toPositive(murmur2(serialized key)) % N``
 (:func:`statestore.partitioner.partition_for`), the partition Kafka's producer
 would pick for the same bytes, so the layout matches a Kafka topic with N
 partitions.  Each partition has its own changelog and RocksDB and restores on
-its own.
+its own.  A store in time routes by the plain key instead (a :class:`KeyRoute`
+granted by the builder, :class:`~statestore.stores.time.layout.SuffixRoute`):
+the partition of ``murmur2(routing key)``, and a key without a routing key is
+read from every partition and the answers combined.
 
 Scans merge the partitions' sorted iterators, so order is global serialized
 key order, as with one partition.
@@ -23,17 +26,30 @@ Thread-safety: not thread-safe, like :class:`~statestore.stores.buffer.WriteBuff
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
+from typing import Protocol
 
 from changelog import Log
 from statestore.partitioner import murmur2
 from statestore.stores.bytes_store import BytesStore
 from statestore.txn.participant import Participant
 
-__all__ = ["PartitionedStore"]
+__all__ = ["KeyRoute", "PartitionedStore"]
 
 _KEY = itemgetter(0)
+
+
+class KeyRoute(Protocol):
+    """Which bytes of a key pick its partition (a store in time: the plain key)."""
+
+    def routing_key(self, key: bytes) -> bytes | None:
+        """The bytes to hash (``None``: a key every partition answers, see :meth:`combine`)."""
+        ...
+
+    def combine(self, answers: Iterable[bytes | None]) -> bytes | None:
+        """The answer for such a key, from every partition's ``get``."""
+        ...
 
 
 class PartitionedStore:
@@ -42,10 +58,14 @@ class PartitionedStore:
     Thread-safety and invariants: see the module docstring.
     """
 
-    def __init__(self, partitions: Sequence[BytesStore]) -> None:
-        """Route over ``partitions`` (indexed by partition number); closing this closes them."""
+    def __init__(self, partitions: Sequence[BytesStore], route: KeyRoute | None = None) -> None:
+        """Route over ``partitions`` (indexed by partition number); closing this closes them.
+
+        ``route``: route by part of each key (``None``: by the whole key).
+        """
         self._partitions = tuple(partitions)
         self._count = len(partitions)
+        self._route = route
         self.put: Callable[[bytes, bytes | None], None] = self._put
         """Buffer a put in the key's partition."""
 
@@ -54,9 +74,21 @@ class PartitionedStore:
         """The partitions, by number."""
         return self._partitions
 
+    def _number(self, key: bytes) -> int | None:
+        """The partition number of ``key`` (``None``: every partition answers it)."""
+        if self._route is not None:
+            routed = self._route.routing_key(key)
+            if routed is None:
+                return None
+            key = routed
+        return (murmur2(key) & 0x7FFFFFFF) % self._count
+
     def partition_of(self, key: bytes) -> BytesStore:
         """The partition that owns the serialized ``key``."""
-        return self._partitions[(murmur2(key) & 0x7FFFFFFF) % self._count]
+        number = self._number(key)
+        if number is None:
+            raise ValueError(f"key {key!r:.60} belongs to no single partition")
+        return self._partitions[number]
 
     @property
     def failed(self) -> bool:
@@ -74,16 +106,23 @@ class PartitionedStore:
         return sum(p.pending_count for p in self._partitions)
 
     def get(self, key: bytes) -> bytes | None:
-        """Value of ``key`` from its partition."""
-        return self.partition_of(key).get(key)
+        """Value of ``key`` from its partition (or every partition's, combined by the route)."""
+        number = self._number(key)
+        if number is None:
+            assert self._route is not None  # only a route leaves a key without a partition
+            return self._route.combine(p.get(key) for p in self._partitions)
+        return self._partitions[number].get(key)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Values of ``keys`` in order: one multi-get per partition that owns some of them."""
         by_partition: dict[int, list[int]] = {}
-        count = self._count
-        for index, key in enumerate(keys):
-            by_partition.setdefault((murmur2(key) & 0x7FFFFFFF) % count, []).append(index)
         values: list[bytes | None] = [None] * len(keys)
+        for index, key in enumerate(keys):
+            number = self._number(key)
+            if number is None:
+                values[index] = self.get(key)
+            else:
+                by_partition.setdefault(number, []).append(index)
         for number, indices in by_partition.items():
             found = self._partitions[number].get_many([keys[i] for i in indices])
             for index, value in zip(indices, found, strict=True):

@@ -90,6 +90,7 @@ __all__ = [
     "WINDOW_SUFFIX",
     "WINDOW_SUFFIX_BYTES",
     "RecordFormat",
+    "SuffixRoute",
     "changelog_records",
     "join_timestamp",
     "key_range_upper_bound",
@@ -260,3 +261,35 @@ def key_range_upper_bound(last: bytes, max_suffix: bytes) -> bytes:
     ``last`` (the empty one too), plus a zero byte.
     """
     return max(last[:end] + max_suffix for end in range(len(last) + 1)) + b"\x00"
+
+
+class SuffixRoute:
+    """How a segmented store in time's keys go to partitions: by the plain key, as Kafka Streams.
+
+    Kafka Streams partitions a window, session or versioned store's changelog by
+    the record's plain key (``murmur2(key bytes)``), not by the windowed, session
+    or versioned key; a store of several partitions does the same, so every window
+    (session, version) of a key lives in one partition.  A key shorter than the
+    suffix is not a data key: it is the segmented engine's stream time
+    (:data:`~statestore.stores.time.segments.STREAM_TIME_KEY`), which each
+    partition keeps for its own records; read across partitions, the largest
+    one is the store's (:meth:`combine`).
+
+    Offered to :class:`~statestore.stores.partitioned.PartitionedStore` by the
+    builder.  Immutable; thread-safe.
+    """
+
+    def __init__(self, suffix_bytes: int) -> None:
+        """Route by the key bytes before a ``suffix_bytes`` suffix."""
+        self._suffix = suffix_bytes
+
+    def routing_key(self, key: bytes) -> bytes | None:
+        """The bytes that pick ``key``'s partition (``None``: not a data key, see :meth:`combine`)."""
+        if len(key) < self._suffix:
+            return None
+        return key[: len(key) - self._suffix]
+
+    def combine(self, answers: Iterable[bytes | None]) -> bytes | None:
+        """Every partition's stream time (8 bytes, int64 BE) -> the largest (``None``: none)."""
+        times = [int(TIMESTAMP.unpack(answer)[0]) for answer in answers if answer is not None]
+        return TIMESTAMP.pack(max(times)) if times else None
