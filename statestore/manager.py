@@ -99,6 +99,7 @@ from statestore.metrics.cleaner import register_cleaner_metrics
 from statestore.metrics.registry import MetricsRegistry
 from statestore.metrics.snapshot import nest_samples
 from statestore.metrics.transactions import register_transaction_metrics
+from statestore.metrics.ttl import register_ttl_metrics
 from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde, serde_for_type
 from statestore.stores.builder import build_store
 from statestore.stores.engine import new_block_cache
@@ -528,6 +529,8 @@ class StateManager:
                     inner, settings, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms
                 )
                 self._tops[name] = top
+                if self._metrics is not None and isinstance(top, TtlKeyValueStore):
+                    register_ttl_metrics(self._metrics, top)
             return top
 
     def raw_store(

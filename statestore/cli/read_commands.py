@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,6 +31,7 @@ from statestore.cli.verify import (
     verify_partition,
     verify_store_layouts,
 )
+from statestore.stores.metadata import read_metadata
 
 __all__ = ["cmd_dump", "cmd_inspect", "cmd_verify", "dir_size"]
 
@@ -49,6 +51,12 @@ def dir_size(path: Path) -> int | None:
 # --------------------------------------------------------------------------- inspect
 
 
+def _record_ttl_ms(state_dir: Path, store: str) -> int:
+    """The store's recorded ``record_ttl_ms`` (0: no TTL, or no metadata)."""
+    meta = read_metadata(state_dir, store)
+    return 0 if meta is None else meta.log_config.record_ttl_ms
+
+
 def _partition_doc(info: PartitionInfo) -> dict[str, Any]:
     return {
         "directory": str(info.directory),
@@ -64,6 +72,7 @@ def _partition_doc(info: PartitionInfo) -> dict[str, Any]:
         "markers": info.markers,
         "live_keys": info.live_keys,
         "tombstones": info.tombstones,
+        "expired_keys": info.expired_keys,
         "invalid_bytes": info.invalid_bytes,
         "clean_shutdown": info.clean_shutdown,
         "segments": [
@@ -86,11 +95,18 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     holder = lock_holder(state_dir)
     dirs = [d for store in stores for d in store.changelog_dirs]
     infos: dict[Path, PartitionInfo] = {}
+    now_ms = int(time.time() * 1000)
+    ttls = {store.name: _record_ttl_ms(state_dir, store.name) for store in stores}
     with Progress("inspect", total_log_bytes(dirs)) as progress:
-        for directory in dirs:
-            infos[directory] = scan_partition(
-                directory, count_keys=not args.no_keys, advance=progress.advance
-            )
+        for store in stores:
+            ttl_ms = ttls[store.name]
+            for directory in store.changelog_dirs:
+                infos[directory] = scan_partition(
+                    directory,
+                    count_keys=not args.no_keys,
+                    advance=progress.advance,
+                    expiry_cutoff_ms=now_ms - ttl_ms if ttl_ms else None,
+                )
     if args.json:
         write_json(
             out,
@@ -100,6 +116,7 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
                 "stores": [
                     {
                         "name": store.name,
+                        "record_ttl_ms": ttls[store.name],
                         "partitions": [
                             {
                                 "partition": number,
@@ -160,6 +177,13 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
         for directory in store.changelog_dirs:
             info = infos[directory]
             out.write(f"\n{directory.name}: ")
+            ttl_ms = ttls[store.name]
+            if ttl_ms:
+                expired = "-" if info.expired_keys is None else info.expired_keys
+                out.write(
+                    f"TTL {ttl_ms} ms, {expired} of the live keys expired by now "
+                    "(reads skip them; the sweep and the cleaner remove them), "
+                )
             out.write(
                 f"first dirty offset {info.first_dirty_offset}, recovery point "
                 f"{'-' if info.recovery_point is None else info.recovery_point}, "

@@ -32,7 +32,7 @@ from changelog.fs.checkpoint import CLEANER_CHECKPOINT, RECOVERY_POINT_CHECKPOIN
 from changelog.fs.checkpoint import LOG_START_OFFSET_CHECKPOINT as LOG_START_CHECKPOINT
 from changelog.fs.files import CLEAN_SHUTDOWN_FILE, LOG_SUFFIX, parse_base_offset
 from changelog.fs.lock import LOCK_FILE_NAME as LOCK_FILE
-from changelog.record.batch import decode_header, decode_key_values
+from changelog.record.batch import decode_header, decode_key_values, decode_records
 from statestore.cli.errors import UsageError
 from statestore.stores.metadata import StoreMetadata, read_metadata
 from statestore.stores.spec import rocksdb_dir
@@ -272,6 +272,8 @@ class PartitionInfo:
     markers: int = 0
     live_keys: int | None = None
     tombstones: int | None = None
+    expired_keys: int | None = None
+    """Of ``live_keys``, those whose value has expired (a store with a TTL; else ``None``)."""
     invalid_bytes: int = 0
     clean_shutdown: bool = False
 
@@ -297,17 +299,25 @@ def _log_files(directory: Path) -> list[tuple[int, Path]]:
 
 
 def scan_partition(
-    directory: Path, *, count_keys: bool, advance: Callable[[int], None] = lambda _n: None
+    directory: Path,
+    *,
+    count_keys: bool,
+    advance: Callable[[int], None] = lambda _n: None,
+    expiry_cutoff_ms: int | None = None,
 ) -> PartitionInfo:
     """Read one partition directory's figures (see :class:`PartitionInfo`); read-only.
 
     With ``count_keys`` every record's key is read (values are not decoded) to
-    count live keys and tombstones: one pass over the whole log.  ``advance``
-    is called with the bytes read, for a progress display.
+    count live keys and tombstones: one pass over the whole log.  With
+    ``expiry_cutoff_ms`` too (a store with a TTL) each record's timestamp is
+    read as well, and live keys whose value is stamped at or before the cutoff
+    are counted as expired.  ``advance`` is called with the bytes read, for a
+    progress display.
     """
     info = PartitionInfo(directory)
     info.clean_shutdown = (directory / CLEAN_SHUTDOWN_FILE).exists()
     latest: dict[bytes | None, bool] = {}
+    stamps: dict[bytes | None, int] = {}
     for base, path in _log_files(directory):
         with mapped(path) as data:
             position = batches = records = 0
@@ -320,10 +330,17 @@ def scan_partition(
                 if count_keys and not header.is_control:
                     raw = data[position : position + header.size_in_bytes]
                     try:
-                        for _offset, key, value in decode_key_values(
-                            raw, path=path, position=position, validate=False
-                        ):
-                            latest[key] = value is not None
+                        if expiry_cutoff_ms is None:
+                            for _offset, key, value in decode_key_values(
+                                raw, path=path, position=position, validate=False
+                            ):
+                                latest[key] = value is not None
+                        else:
+                            for record in decode_records(
+                                raw, path=path, position=position, validate=False
+                            ):
+                                latest[record.key] = record.value is not None
+                                stamps[record.key] = record.timestamp_ms
                     except (CorruptRecordError, UnsupportedFormatError):
                         pass  # verify reports it; the counts just miss this batch
                 batches += 1
@@ -356,6 +373,10 @@ def scan_partition(
     if count_keys:
         info.live_keys = sum(1 for live in latest.values() if live)
         info.tombstones = len(latest) - info.live_keys
+        if expiry_cutoff_ms is not None:
+            info.expired_keys = sum(
+                1 for key, live in latest.items() if live and stamps[key] <= expiry_cutoff_ms
+            )
     return info
 
 

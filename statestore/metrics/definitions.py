@@ -15,6 +15,8 @@ docs/metrics.md renders this catalog as a table, and
   ``kafka.log:type=Log`` gauges, tagged ``topic``/``partition`` there);
 * ``LogCleaner`` and ``LogCleanerManager`` (no tags): the background cleaner
   (Kafka's ``kafka.log:type=LogCleaner`` / ``type=LogCleanerManager``);
+* ``stream-state-metrics`` with the tag ``store`` alone: a TTL store's expiry
+  counts (:data:`TTL_METRICS`);
 * ``TransactionCoordinator`` (no tags): the state directory's transaction
   coordinator (:mod:`statestore.metrics.transactions`; Kafka's producer has
   ``txn-commit-time-ns-total`` and its coordinator partition-load metrics,
@@ -38,9 +40,11 @@ __all__ = [
     "PARTITION_METRICS",
     "PARTITION_TAGS",
     "STATE_GROUP",
+    "STORE_TAGS",
     "TASK_GROUP",
     "TRANSACTION_GROUP",
     "TRANSACTION_METRICS",
+    "TTL_METRICS",
     "by_name",
 ]
 
@@ -51,6 +55,7 @@ CLEANER_GROUP: Final = "LogCleaner"
 CLEANER_MANAGER_GROUP: Final = "LogCleanerManager"
 TRANSACTION_GROUP: Final = "TransactionCoordinator"
 PARTITION_TAGS: Final = ("store", "partition")
+STORE_TAGS: Final = ("store",)
 
 
 def _partition(  # noqa: PLR0917 - a catalog row reads best as positional fields
@@ -244,6 +249,14 @@ PARTITION_METRICS: Final = (
         "records replayed per second over the sample window",
         _KS + "restore-rate (stream-task-metrics)",
         source="restore-total",
+    ),
+    _partition(
+        "restore-expired-total",
+        TASK_GROUP,
+        "counter",
+        "records",
+        "of restore-total, values that had expired at restore time and were applied as deletes"
+        " (a store with a TTL)",
     ),
     _partition(
         "restore-remaining-records-total",
@@ -477,7 +490,33 @@ TRANSACTION_METRICS: Final = (
 )
 """Metrics of the transaction coordinator (no tags)."""
 
-ALL_METRICS: Final = PARTITION_METRICS + CLEANER_METRICS + TRANSACTION_METRICS
+TTL_METRICS: Final = (
+    MetricDefinition(
+        name="expired-reads-total",
+        group=STATE_GROUP,
+        kind="counter",
+        unit="values",
+        description="values a read found expired and did not return (a store with a TTL)",
+        kafka="",
+        tags=STORE_TAGS,
+        source="",
+        level="INFO",
+    ),
+    MetricDefinition(
+        name="expired-swept-total",
+        group=STATE_GROUP,
+        kind="counter",
+        unit="records",
+        description="tombstones the sweep buffered for keys whose value expired (a store with a TTL)",
+        kafka="",
+        tags=STORE_TAGS,
+        source="",
+        level="INFO",
+    ),
+)
+"""A TTL store's expiry counts, per store (tag ``store``): its top layer counts them."""
+
+ALL_METRICS: Final = PARTITION_METRICS + CLEANER_METRICS + TRANSACTION_METRICS + TTL_METRICS
 """Every metric definition, in the order docs/metrics.md lists them."""
 
 _BY_NAME: Final = {definition.name: definition for definition in ALL_METRICS}

@@ -6,6 +6,7 @@ Shape::
         "stores": {"<store>": {<partition int>: {"<metric name>": value, ...}}},
         "cleaner": {"<metric name>": value, ...},
         "transactions": {"<metric name>": value, ...},
+        "ttl": {"<store>": {"<metric name>": value, ...}},   # only with a TTL store
     }
 
 Counters, rates and gauges are numbers; a histogram is
@@ -31,18 +32,24 @@ __all__ = ["nest_samples"]
 
 
 def nest_samples(samples: Iterable[Sample]) -> dict[str, Any]:
-    """Group ``samples`` into the shape of the module docstring (always all three keys)."""
+    """Group ``samples`` into the shape of the module docstring (the first three keys always)."""
     stores: dict[str, dict[int, dict[str, Any]]] = {}
     cleaner: dict[str, Any] = {}
     transactions: dict[str, Any] = {}
+    ttl: dict[str, dict[str, Any]] = {}
     for sample in samples:
         value = sample.value.summary() if isinstance(sample.value, Histogram) else sample.value
         tags = dict(sample.tags)
-        if "store" in tags:
+        if "store" in tags and "partition" not in tags:  # a TTL store's per-store counts
+            ttl.setdefault(tags["store"], {})[sample.definition.name] = value
+        elif "store" in tags:
             partition = stores.setdefault(tags["store"], {}).setdefault(int(tags["partition"]), {})
             partition[sample.definition.name] = value
         elif sample.definition.group == TRANSACTION_GROUP:
             transactions[sample.definition.name] = value
         else:
             cleaner[sample.definition.name] = value
-    return {"stores": stores, "cleaner": cleaner, "transactions": transactions}
+    nested: dict[str, Any] = {"stores": stores, "cleaner": cleaner, "transactions": transactions}
+    if ttl:
+        nested["ttl"] = ttl
+    return nested

@@ -104,6 +104,7 @@ class PartitionMetrics:
         gauge("applied-offset", self._applied_offset)
         gauge("estimate-num-keys", self._estimate_num_keys)
         self.restored = counter("restore-total")
+        self.restored_expired = counter("restore-expired-total")
         self._restore_remaining = 0
         self._restore_seconds: float | None = None
         gauge("restore-remaining-records-total", lambda: self._restore_remaining)
@@ -163,6 +164,7 @@ class PartitionMetrics:
     def restore_finished(self, result: RestoreResult) -> None:
         """Record what the restore did (the progress hook may not have run: an empty log)."""
         self.restored.value = result.records_restored
+        self.restored_expired.value = result.records_expired
         self._restore_remaining = 0
         self._restore_seconds = result.seconds
 

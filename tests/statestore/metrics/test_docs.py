@@ -10,6 +10,7 @@ from statestore.metrics.definitions import (
     CLEANER_METRICS,
     PARTITION_METRICS,
     TRANSACTION_METRICS,
+    TTL_METRICS,
 )
 from statestore.metrics.registry import MetricDefinition
 
@@ -43,6 +44,10 @@ def test_the_cleaner_table_is_the_catalog() -> None:
 
 def test_the_transactions_table_is_the_catalog() -> None:
     assert doc_rows("Transactions") == [doc_row(d) for d in TRANSACTION_METRICS]
+
+
+def test_the_ttl_table_is_the_catalog() -> None:
+    assert doc_rows("TTL stores") == [doc_row(d) for d in TTL_METRICS]
 
 
 def test_the_catalog_covers_the_issues_kafka_names() -> None:

@@ -274,3 +274,30 @@ def test_a_given_log_config_gets_the_ttl(open_manager: OpenManager) -> None:
     (log,) = store.changelogs
     assert log.config.record_ttl_ms == TTL
     assert log.config.segment_bytes == 4096
+
+
+def test_expiry_is_counted_in_metrics(tmp_path: Path) -> None:
+    clock = Clock()
+    ttl = TtlSettings(ttl_ms=TTL, sweep_interval_ms=0)
+    with StateManager(tmp_path / "state", clock, config=NO_CLEANER) as manager:
+        store = manager.ttl_store("t", ttl=ttl)
+        store["a"] = 1
+        store["b"] = 2
+        manager.commit()
+        clock.now_ms += TTL
+        assert store.get("a") is None  # one expired read
+        metrics = manager.metrics()
+        assert metrics["ttl"]["t"] == {"expired-reads-total": 1, "expired-swept-total": 0}
+        store.inner.put(b"c", store.inner.get(b"a"))  # an expired value, written as is
+        store.inner.commit()
+    clock.now_ms += 1
+    with StateManager(tmp_path / "state", clock, config=NO_CLEANER) as manager:
+        store = manager.ttl_store("t", ttl=ttl)
+        assert manager.metrics()["stores"]["t"][0]["restore-expired-total"] == 3
+        manager.commit()  # the sweep: nothing left to sweep, the restore deleted them
+        assert manager.metrics()["ttl"]["t"]["expired-swept-total"] == 0
+        store["d"] = 4
+        manager.commit()
+        clock.now_ms += TTL
+        manager.commit()
+        assert manager.metrics()["ttl"]["t"]["expired-swept-total"] == 1
