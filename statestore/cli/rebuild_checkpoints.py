@@ -21,17 +21,10 @@ def cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
         apply_checkpoint_rebuild,
         plan_checkpoint_rebuild,
     )
-    from statestore.cli.remedy import (  # noqa: PLC0415
-        end_applied,
-        end_dry_run,
-        end_nothing_to_do,
-        partition_arg,
-        partition_locks,
-        recorded_log_config,
-    )
+    from statestore.cli import remedy  # noqa: PLC0415
 
-    partition = partition_arg(args.partition)
-    with partition_locks(partition, apply=args.apply, out=out):
+    partition = remedy.partition_arg(args.partition)
+    with remedy.partition_locks(partition, apply=args.apply, out=out):
         plan = plan_checkpoint_rebuild(partition)
         doc: dict[str, Any] = {
             "directory": str(partition),
@@ -50,7 +43,7 @@ def cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
                 f"rebuild the checkpoints of {partition}\n\nnothing to do: every checkpoint"
                 " is readable and plausible\n"
             )
-            return end_nothing_to_do(out, doc, json=args.json, text=text)
+            return remedy.end_nothing_to_do(out, doc, json=args.json, text=text)
         if not args.json:
             out.write(f"rebuild the checkpoints of {partition}\n\n")
             rows = [
@@ -71,7 +64,9 @@ def cmd_rebuild_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
             out.write("no segment is changed; nothing acknowledged is removed\nsteps:\n")
             out.writelines(f"  {step}\n" for step in plan.steps())
         if not args.apply:
-            return end_dry_run(out, doc, json=args.json)
-        log_end = apply_checkpoint_rebuild(plan, config=recorded_log_config(partition)[0])
+            return remedy.end_dry_run(out, doc, json=args.json)
+        log_end = apply_checkpoint_rebuild(plan, config=remedy.recorded_log_config(partition)[0])
     text = f"the log ends at offset {log_end}"
-    return end_applied(out, partition, doc, json=args.json, text=text, log_end_offset=log_end)
+    return remedy.end_applied(
+        out, partition, doc, json=args.json, text=text, log_end_offset=log_end
+    )

@@ -351,36 +351,30 @@ def cmd_salvage(args: argparse.Namespace, out: TextIO) -> int:
         has_decided_replace,
         plan_salvage,
     )
-    from statestore.cli.remedy import (  # noqa: PLC0415
-        end_applied,
-        end_dry_run,
-        end_nothing_to_do,
-        partition_arg,
-        partition_locks,
-        recorded_log_config,
-        state_dir_of,
-    )
+    from statestore.cli import remedy  # noqa: PLC0415
 
-    partition = partition_arg(args.partition)
-    found_state_dir = state_dir_of(partition)
+    partition = remedy.partition_arg(args.partition)
+    found_state_dir = remedy.state_dir_of(partition)
     state_dir = None if found_state_dir is None else partition.parent  # as the user gave it
-    with partition_locks(partition, apply=args.apply, out=out):
+    with remedy.partition_locks(partition, apply=args.apply, out=out):
         if args.apply and has_decided_replace(partition):
             out.write(
                 f"{partition}: a decided segment replace (.swap files) is there, as a salvage"
                 " killed after its decision leaves it; the loader completes it first\n"
             )
-            complete_decided_replace(partition, config=recorded_log_config(partition)[0])
+            complete_decided_replace(partition, config=remedy.recorded_log_config(partition)[0])
         plan = plan_salvage(partition)
         coordinator = None if state_dir is None else read_coordinator_log(state_dir)
         doc = salvage_doc(plan, coordinator, state_dir)
         if plan.nothing_to_do:
             text = f"salvage {partition}\n\nnothing to salvage: every batch is valid\n"
-            return end_nothing_to_do(out, doc, json=args.json, text=text)
+            return remedy.end_nothing_to_do(out, doc, json=args.json, text=text)
         if not args.json:
             _print(plan, doc, out, state_dir)
         if not args.apply:
-            return end_dry_run(out, doc, json=args.json)
-        log_end = apply_salvage(plan, config=recorded_log_config(partition)[0])
+            return remedy.end_dry_run(out, doc, json=args.json)
+        log_end = apply_salvage(plan, config=remedy.recorded_log_config(partition)[0])
     text = f"the log now ends at offset {log_end}"
-    return end_applied(out, partition, doc, json=args.json, text=text, log_end_offset=log_end)
+    return remedy.end_applied(
+        out, partition, doc, json=args.json, text=text, log_end_offset=log_end
+    )
