@@ -947,14 +947,18 @@ class Processor:
             active, self._standby, {name: spec.value_serde for name, spec in self._specs.items()}
         )
 
-    def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+    def metadata_for_key(
+        self, store: str, key: Any, partitioner: Callable[[bytes, int], int] | None = None
+    ) -> KeyQueryMetadata:
         """The active owner and the standbys of ``key`` of ``store`` (Kafka Streams'
         ``queryMetadataForKey``), from the last group description.  Thread-safe.
 
+        ``partitioner(serialized key, partitions)``: when the inputs were not
+        partitioned by Kafka's default partitioner over the store's key.
         :class:`~statestore.kafka.errors.NotOwnerError` before the first
         description; see :mod:`statestore.kafka.query` for how stale it may be.
         """
-        return self._queries.metadata_for_key(store, key)
+        return self._queries.metadata_for_key(store, key, partitioner)
 
     def metadata_for_partition(self, store: str, partition: int) -> KeyQueryMetadata:
         """The active owner and the standbys of ``partition`` of ``store``.  Thread-safe."""
@@ -972,6 +976,7 @@ class Processor:
         *,
         max_lag_records: int | None = None,
         max_staleness_ms: int | None = None,
+        partitioner: Callable[[bytes, int], int] | None = None,
     ) -> QueryResult[Any]:
         """Read ``key`` of ``store`` here if this process may answer for it.  Thread-safe.
 
@@ -988,7 +993,11 @@ class Processor:
                 store, "query", "a store in time is read through processor.stores(name)"
             )
         return self._queries.get(
-            store, key, max_lag_records=max_lag_records, max_staleness_ms=max_staleness_ms
+            store,
+            key,
+            max_lag_records=max_lag_records,
+            max_staleness_ms=max_staleness_ms,
+            partitioner=partitioner,
         )
 
     @property

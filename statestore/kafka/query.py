@@ -96,6 +96,9 @@ __all__ = [
 
 V = TypeVar("V")
 
+Partitioner = Callable[[bytes, int], int]
+"""``partitioner(serialized key, partitions) -> partition``."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -470,8 +473,11 @@ class InteractiveQueries:
             )
         return serde
 
-    def partition_for_key(self, store: str, key: Any) -> int:
-        """The partition of ``key``: murmur2 of its serialized bytes, as the producers'."""
+    def partition_for_key(
+        self, store: str, key: Any, partitioner: Partitioner | None = None
+    ) -> int:
+        """The partition of ``key``: ``partitioner(serialized key, partitions)``, by default
+        murmur2 of the serialized key, as the producers' (Kafka's default partitioner)."""
         serde = self._store_serde(store)
         view = self._view
         if view is None:
@@ -483,12 +489,20 @@ class InteractiveQueries:
                 data = serde.serialize(key)
         except Exception as exc:
             raise SerializationError(store, "key", type(key).__name__, str(exc)) from exc
-        return partition_for(data, view.partitions)
+        return (partitioner or partition_for)(data, view.partitions)
 
-    def metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+    def metadata_for_key(
+        self, store: str, key: Any, partitioner: Partitioner | None = None
+    ) -> KeyQueryMetadata:
         """Who serves ``key`` of ``store``: the active owner and the standbys, from the last
-        group description.  NotOwnerError (``partition`` ``None``) before the first one."""
-        partition = self.partition_for_key(store, key)
+        group description.  NotOwnerError (``partition`` ``None``) before the first one.
+
+        ``partitioner(serialized key, partitions)``: how the input records that
+        reach this store's partitions were partitioned, when that was not
+        Kafka's default partitioner over the store's key (Kafka Streams'
+        ``queryMetadataForKey(store, key, partitioner)``).
+        """
+        partition = self.partition_for_key(store, key, partitioner)
         return self.metadata_for_partition(store, partition)
 
     def metadata_for_partition(self, store: str, partition: int) -> KeyQueryMetadata:
@@ -510,6 +524,7 @@ class InteractiveQueries:
         *,
         max_lag_records: int | None = None,
         max_staleness_ms: int | None = None,
+        partitioner: Partitioner | None = None,
     ) -> QueryResult[Any]:
         """The committed value of ``key`` read here, if this process may answer for it.
 
@@ -521,7 +536,7 @@ class InteractiveQueries:
         standby outside its bound) or
         :class:`~statestore.kafka.errors.NotOwnerError`, naming the owner.
         """
-        partition = self.partition_for_key(store, key)
+        partition = self.partition_for_key(store, key, partitioner)
         local = self._local
         reader = local.active.get(store, {}).get(partition)
         now_ms = self._wall_clock_ms()

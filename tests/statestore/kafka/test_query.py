@@ -245,6 +245,22 @@ def test_metadata_for_key_names_the_owner_of_the_keys_partition(
         assert processor.metadata_for_partition("visits", partition) == meta
 
 
+def test_a_custom_partitioner_decides_the_partition_of_a_key(
+    running: tuple[FakeCluster, Processor],
+) -> None:
+    _cluster, processor = running
+
+    def last_byte(data: bytes, partitions: int) -> int:
+        return data[-1] % partitions
+
+    meta = processor.metadata_for_key("visits", "user-3", partitioner=last_byte)
+    assert meta.partition == ord("3") % PARTITIONS
+    with pytest.raises(NotOwnerError) as caught:  # partition 3 is the other member's
+        processor.query("visits", "user-3", partitioner=lambda _data, _count: 3)
+    assert caught.value.partition == 3
+    assert caught.value.active == HostInfo("10.0.0.2", 8080)
+
+
 def test_the_owner_answers_its_keys_and_refuses_the_others_naming_their_owner(
     running: tuple[FakeCluster, Processor],
 ) -> None:
