@@ -89,6 +89,7 @@ from statestore.errors import InvalidStateStoreError
 from statestore.manager import StateManager
 from statestore.stores.lifecycle import StoreState
 from statestore.stores.reader import StoreReader
+from statestore.stores.time.ttl import TtlKeyValueStore
 from statestore.stores.typed import KeyValueStore
 
 __all__ = [
@@ -191,6 +192,26 @@ class AsyncStateManager:
         self._locks.setdefault(name, asyncio.Lock())
         return wrapped
 
+    async def ttl_store(self, name: str, **kwargs: Any) -> AsyncStore[Any, Any]:
+        """The key-value store ``name`` with a TTL, opened and restored off the loop.
+
+        Arguments: :meth:`StateManager.ttl_store`.  Reads skip expired values as
+        the synchronous store's do; its sweep runs on the loop before a commit
+        round that includes the store, once ``ttl.sweep_interval_ms`` has passed
+        (it walks the store: keep the interval long for a large store), so its
+        tombstones commit in that round.
+        """
+        self._check_open("open a store")
+        existing = self._stores.get(name)
+        if existing is not None and existing.sync.state is StoreState.OPEN:
+            return existing
+        store = await asyncio.to_thread(functools.partial(self._manager.ttl_store, name, **kwargs))
+        store.sweeps_at_commit = False  # swept on the loop (_run_rounds), its buffer's writer
+        wrapped: AsyncStore[Any, Any] = AsyncStore(self, store)  # type: ignore[arg-type]
+        self._stores[name] = wrapped
+        self._locks.setdefault(name, asyncio.Lock())
+        return wrapped
+
     def transaction(self, *stores: AsyncStore[Any, Any]) -> AsyncTransaction:
         """A transaction over ``stores`` (one or more of this manager's), atomic over all of them."""
         self._check_open("transaction")
@@ -222,6 +243,14 @@ class AsyncStateManager:
             batch, self._accepted = self._accepted, []
             stores = sorted({store.name: store for tx in batch for store in tx.stores}.items())
             syncs = [store.sync for _name, store in stores]
+            for _name, store in stores:  # a TTL store's sweep, on the loop: joins the round
+                sync: object = store.sync
+                if (
+                    isinstance(sync, TtlKeyValueStore)
+                    and sync.state is StoreState.OPEN
+                    and sync.sweep_due()
+                ):
+                    sync.expire()
             self.rounds += 1
             try:
                 await asyncio.shield(

@@ -726,7 +726,12 @@ class StateManager:
     def _commit(self, stores: list[KeyValueStore[Any, Any]]) -> int:
         for store in stores:  # TTL stores: expired keys' tombstones join this commit
             top = self._tops.get(store.name)
-            if isinstance(top, TtlKeyValueStore) and top.inner is store and top.sweep_due():
+            if (
+                isinstance(top, TtlKeyValueStore)
+                and top.inner is store
+                and top.sweeps_at_commit
+                and top.sweep_due()
+            ):
                 top.expire()
         try:
             return self._coordinator.commit(

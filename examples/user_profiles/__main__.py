@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from examples.user_profiles.app import HOST, configure_logging, make_app, prometheus_metrics
-from examples.user_profiles.service import STORE_NAME, Profile, ProfileService
+from examples.user_profiles.service import STORE_NAME, ProfileService, open_profiles
 
 __all__ = ["main"]
 
@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds a shutdown waits for requests in flight (default 10)",
+    )
+    parser.add_argument(
+        "--inactive-ttl-s",
+        type=float,
+        default=None,
+        help="profiles not written for this many seconds expire (a store with a TTL; "
+        "fixed when the store is created)",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="log every request")
     return parser
@@ -77,7 +84,8 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     try:
-        store = await manager.store(STORE_NAME, value_type=Profile)
+        ttl_ms = None if args.inactive_ttl_s is None else max(1, int(args.inactive_ttl_s * 1000))
+        store = await open_profiles(manager, inactive_ttl_ms=ttl_ms)
         restore_s = time.perf_counter() - started
         # IPPROTO_TCP given explicitly: asyncio sets TCP_NODELAY only on connections whose
         # socket says so, and without it a keep-alive response waits ~40 ms (Nagle + delayed ACK)

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 import attrs
 
-from statestore import SerializationError
-from statestore.aio import AsyncStore, AsyncStoreTransaction
+from statestore import SerializationError, TtlSettings
+from statestore.aio import AsyncStateManager, AsyncStore, AsyncStoreTransaction
 
 __all__ = [
     "MAX_FIELDS",
@@ -36,6 +36,7 @@ __all__ = [
     "ProfileService",
     "check_fields",
     "check_user_id",
+    "open_profiles",
 ]
 
 STORE_NAME: Final = "user-profiles"
@@ -118,6 +119,24 @@ def check_fields(fields: object, *, allow_null: bool) -> dict[str, Any]:
         if value is None and not allow_null:
             raise BadRequestError(f"field {name!r} is null (use PATCH with null to remove a field)")
     return dict(fields)
+
+
+async def open_profiles(
+    manager: AsyncStateManager, *, inactive_ttl_ms: int | None = None
+) -> AsyncStore[str, Profile]:
+    """The profile store of ``manager``; with ``inactive_ttl_ms``, a store whose profiles expire.
+
+    A profile not written (created, replaced, updated) for ``inactive_ttl_ms``
+    is gone: reads stop returning it at once, and the store's sweep (every
+    minute, or the TTL if shorter) and the changelog's cleaner remove it
+    (docs/time.md, "TTL").  Reads do not keep a profile alive.  Whether the
+    store expires is fixed when it is created: reopening it with another
+    setting raises :class:`~statestore.StoreMetadataMismatchError`.
+    """
+    if inactive_ttl_ms is None:
+        return await manager.store(STORE_NAME, value_type=Profile)
+    ttl = TtlSettings(ttl_ms=inactive_ttl_ms, sweep_interval_ms=min(60_000, inactive_ttl_ms))
+    return await manager.ttl_store(STORE_NAME, ttl=ttl, value_type=Profile)
 
 
 class ProfileService:

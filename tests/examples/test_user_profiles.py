@@ -23,8 +23,14 @@ from starlette.routing import Route
 from changelog.errors import LogStorageError
 from changelog.fs import files
 from examples.user_profiles.app import OPENAPI, make_app
-from examples.user_profiles.service import STORE_NAME, Profile, ProfileService
-from statestore import StateManager
+from examples.user_profiles.service import (
+    STORE_NAME,
+    NotFoundError,
+    Profile,
+    ProfileService,
+    open_profiles,
+)
+from statestore import StateManager, TtlSettings
 from statestore.aio import AsyncStateManager
 from statestore.testing import CrashHarness
 from tests.examples.services import profile_ops, profiles_service
@@ -441,3 +447,31 @@ def test_restore_after_kill9_holds_exactly_the_acknowledged_operations(
         restored = {key: (p.version, p.fields) for key, p in stores[STORE_NAME].items()}
     # Every acknowledged operation is there; at most the one in flight at the kill is too.
     assert restored in (model_after(seed, count, acked), model_after(seed, count, acked + 1))
+
+
+def test_inactive_profiles_expire_with_the_ttl_option(state_dir: Path) -> None:
+    """``--inactive-ttl-s``: a profile not written for the TTL is gone (reads do not keep it)."""
+    clock = [1_000_000]
+    ttl_ms = 60_000
+
+    async def main() -> None:
+        manager = await AsyncStateManager.open(state_dir, clock=lambda: clock[0])
+        async with manager:
+            service = ProfileService(await open_profiles(manager, inactive_ttl_ms=ttl_ms))
+            await service.create("alice", {"name": "Alice"})
+            await service.create("bob", {"name": "Bob"})
+            clock[0] += ttl_ms // 2
+            await service.update("bob", {"seen": 1})  # a write keeps bob alive
+            await service.get("alice")  # a read does not keep alice alive
+            clock[0] += ttl_ms // 2
+            with pytest.raises(NotFoundError):
+                await service.get("alice")
+            assert [p.user_id for p in await service.list()] == ["bob"]
+            await service.create("alice", {"name": "Alice again"})  # a new profile, version 1
+            assert (await service.get("alice")).version == 1
+
+    run(main)
+    clock[0] += ttl_ms  # everything inactive by now, after a restart too
+    with StateManager(state_dir, lambda: clock[0]) as manager:
+        store = manager.ttl_store(STORE_NAME, ttl=TtlSettings(ttl_ms=ttl_ms), value_type=Profile)
+        assert list(store.items()) == []

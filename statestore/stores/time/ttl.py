@@ -178,6 +178,10 @@ class TtlKeyValueStore(TimeStoreBase[K, V]):
     ) -> None:
         """Serialize over ``inner`` (open, restored, timestamped value format); expire by ``ttl``."""
         super().__init__(inner, key_serde=key_serde, value_serde=value_serde, now_ms=now_ms)
+        self.sweeps_at_commit = True
+        """Whether the manager's (or processor's) commits run the sweep when it is due.  The
+        asyncio manager clears it and sweeps on its event loop, the thread that writes the
+        store's buffer there (:meth:`statestore.aio.AsyncStateManager.ttl_store`)."""
         self._ttl = ttl
         self._decoder: _Decoder[K, V] = _Decoder(self, ttl.ttl_ms, now_ms)
         self._next_sweep_ms = now_ms() + ttl.sweep_interval_ms
@@ -241,6 +245,31 @@ class TtlKeyValueStore(TimeStoreBase[K, V]):
             for key, value in pairs
         ]
         self._inner.put_all(encoded)
+
+    def encode_entries(
+        self, entries: Iterable[tuple[K, V | None]] | dict[K, V]
+    ) -> list[tuple[bytes, bytes | None]]:
+        """Serialize ``entries`` as :meth:`put_all` does (stamped with the clock), buffering nothing.
+
+        With :meth:`put_encoded`, the asyncio API's way to buffer a large write at once
+        (:meth:`KeyValueStore.encode_entries`).
+        """
+        self._check("put_all")
+        pairs = entries.items() if isinstance(entries, dict) else entries
+        stamp = self._timestamp("timestamp_ms", None)
+        return self._inner.encode_entries(
+            [
+                (
+                    self._key_bytes(key),
+                    None if value is None else join_timestamp(stamp, self._value_bytes(value)),
+                )
+                for key, value in pairs
+            ]
+        )
+
+    def put_encoded(self, encoded: list[tuple[bytes, bytes | None]]) -> None:
+        """Buffer ``encoded`` (from :meth:`encode_entries`), all of it, in one step."""
+        self._inner.put_encoded(encoded)
 
     def put_if_absent(self, key: K, value: V, *, timestamp_ms: int | None = None) -> V | None:
         """Put ``value`` only if ``key`` has no live value; returns the live value (``None``: written)."""
