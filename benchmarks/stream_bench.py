@@ -240,6 +240,70 @@ def _results(runs: list[dict[str, Any]], cadences: list[str]) -> list[Result]:
     return results
 
 
+TABLE_BEGIN = "<!-- stream_bench: table (python -m benchmarks.stream_bench --table JSON) -->"
+TABLE_END = "<!-- stream_bench: end table -->"
+
+
+def markdown_table(payload: dict[str, Any]) -> str:
+    """The docs table of one run's JSON: medians per cadence and guarantee, from its ``runs``."""
+
+    def med(case: str, guarantee: str, label: str, what: str) -> float | None:
+        chosen = [
+            r
+            for r in payload["runs"]
+            if r["case"] == case and r["guarantee"] == guarantee and r["cadence"] == label
+        ]
+        if not chosen:
+            return None
+        if what == "rate":
+            return median([r["records"] / r["wall_s"] for r in chosen])
+        return median([r["cpu_s"] / r["records"] * 1e6 for r in chosen])
+
+    def num(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    def ratio(a: float | None, b: float | None, target: str = "") -> str:
+        if a is None or b is None:
+            return "-"
+        value = a / b
+        if not target:
+            return f"{value:.2f}x"
+        passed = value >= float(target[2:]) if target[:2] == ">=" else value <= float(target[2:])
+        return f"{value:.2f}x {'PASS' if passed else 'FAIL'}"
+
+    lines = [
+        "| commits | guarantee | statestore rec/s | floor rec/s | ratio (>= 0.8) "
+        "| statestore CPU us/rec | floor CPU us/rec | ratio (<= 1.3) "
+        "| Quix rec/s | Quix CPU us/rec | statestore / Quix rec/s |",
+        "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|",
+    ]
+    labels = list(dict.fromkeys(r["cadence"] for r in payload["runs"]))
+    for label in labels:
+        for guarantee, short in (
+            ("exactly_once_v2", "exactly-once"),
+            ("at_least_once", "at-least-once"),
+        ):
+            ours, floor = (
+                med("statestore", guarantee, label, "rate"),
+                med("raw", guarantee, label, "rate"),
+            )
+            if ours is None and floor is None:
+                continue
+            ours_cpu = med("statestore", guarantee, label, "cpu")
+            floor_cpu = med("raw", guarantee, label, "cpu")
+            quix, quix_cpu = (
+                med("quix", guarantee, label, "rate"),
+                med("quix", guarantee, label, "cpu"),
+            )
+            lines.append(
+                f"| {label} | {short} | {num(ours, ',.0f')} | {num(floor, ',.0f')} "
+                f"| {ratio(ours, floor, '>=0.8')} | {num(ours_cpu, '.2f')} | {num(floor_cpu, '.2f')} "
+                f"| {ratio(ours_cpu, floor_cpu, '<=1.3')} | {num(quix, ',.0f')} | {num(quix_cpu, '.2f')} "
+                f"| {ratio(ours, quix)} |"
+            )
+    return "\n".join(lines)
+
+
 def _default_quix_python() -> str | None:
     candidate = ROOT / ".cache" / "quix-venv" / "bin" / "python"
     return str(candidate) if candidate.exists() else None
@@ -265,7 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         help="interpreter with quixstreams installed (default: .cache/quix-venv, if there)",
     )
     parser.add_argument("--json", type=Path, help="also write the JSON report here")
+    parser.add_argument(
+        "--table", type=Path, help="print the docs table of this JSON report and stop"
+    )
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print(markdown_table(json.loads(args.table.read_text())))
+        return 0
     sizes = SIZES[args.size]
     reps = args.reps or sizes["reps"]
     cadences = args.cadence or list(CADENCES)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import compactness_bench, offset_map_bench, plots, timeline_bench
+from benchmarks import compactness_bench, offset_map_bench, plots, stream_bench, timeline_bench
 from benchmarks._harness import Result, Target
 from benchmarks.run import STORE_CASES, _last_json_line, _results_from
 
@@ -245,3 +245,13 @@ def test_the_pictures_and_the_page_hold_the_numbers_of_the_committed_json(
     for name in PICTURES:
         committed = (ROOT / "docs" / "img" / f"{name}.png").read_bytes()
         assert (images / f"{name}.png").read_bytes() == committed, f"{name}.png: ./dev plots"
+
+
+def test_the_stream_table_is_the_committed_json() -> None:
+    """docs/performance.md's processing-throughput table is docs/bench/stream.json's."""
+    text = (ROOT / "docs" / "performance.md").read_text()
+    begin, end = stream_bench.TABLE_BEGIN, stream_bench.TABLE_END
+    block = text[text.index(begin) + len(begin) : text.index(end)].strip("\n")
+    payload = json.loads((ROOT / "docs" / "bench" / "stream.json").read_text())
+    assert block == stream_bench.markdown_table(payload)
+    assert payload["events"] == 500_000 and payload["partitions"] == 6

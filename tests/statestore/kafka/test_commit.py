@@ -211,3 +211,16 @@ def test_abandon_aborts_the_outputs_already_produced() -> None:
     assert not transaction.open and transaction.sent == 0
     transaction.abandon(1)  # nothing open: nothing to abort
     assert producer.calls.count("abort") == 1
+
+
+def test_a_fatal_send_is_reported_by_its_cause() -> None:
+    # librdkafka's produce says only _FATAL once the producer failed; the transaction API
+    # names the cause (here: fenced by a newer instance, which the processor replaces).
+    producer = FakeProducer()
+    transaction = OpenTransaction(producer, guarantee="exactly_once_v2", known_topics=["out"])
+    transaction.send("out", b"k1", b"v1")
+    producer.fail["produce"] = kafka_exception(KafkaError._FATAL, fatal=True)
+    producer.fail["abort"] = kafka_exception(KafkaError._FENCED, fatal=True)
+    transaction.send("out", b"k2", b"v2")
+    assert isinstance(transaction.failure, ProducerFencedError)
+    assert transaction.failure.code == "_FENCED" and not transaction.open
