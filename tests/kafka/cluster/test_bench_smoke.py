@@ -34,3 +34,23 @@ def test_stream_bench_runs_statestore_and_the_floor(cluster: KafkaBroker, tmp_pa
     assert [r.unit for r in rows] == ["rec/s", "us/rec"]
     assert all(r.value > 0 and r.baseline_value for r in rows)
     assert all(run["records"] > 0 and run["cpu_s"] > 0 for run in runs)
+
+
+def test_window_quix_bench_runs_the_statestore_side(cluster: KafkaBroker, tmp_path: Path) -> None:
+    from benchmarks import window_quix_bench  # noqa: PLC0415
+
+    _results, runs = window_quix_bench.bench(
+        cluster.bootstrap_servers,
+        events=2_000,
+        keys=100,
+        reps=1,
+        cadences=["1000/txn"],
+        quix_python=None,
+        work=tmp_path,
+        cases=("statestore",),
+    )
+    (run,) = runs
+    assert run["case"] == "statestore"
+    assert run["records"] > 0
+    assert run["wall_s"] > 0
+    assert run["cpu_s"] > 0
