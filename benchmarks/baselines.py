@@ -61,6 +61,7 @@ __all__ = [
     "raw_put_durable",
     "raw_range",
     "raw_restore",
+    "raw_write",
     "settle",
     "store_db",
 ]
@@ -133,6 +134,22 @@ def _no_wal() -> rocksdict.WriteOptions:
     return wo
 
 
+def raw_write(
+    db: rocksdict.Rdict, keys: Sequence[bytes], values: Sequence[Any], *, commit_every: int = 1000
+) -> Timing:
+    """Pack and write ``keys``/``values`` into the open ``db`` in WriteBatches of ``commit_every``, WAL off."""
+    wo = _no_wal()
+    pack = msgpack.Packer().pack
+    n = len(keys)
+    sw = Stopwatch().start()
+    for start in range(0, n, commit_every):
+        wb = rocksdict.WriteBatch(raw_mode=True)
+        for i in range(start, min(start + commit_every, n)):
+            wb.put(keys[i], pack(values[i]))
+        db.write(wb, wo)
+    return sw.stop()
+
+
 def raw_put(
     path: Path,
     keys: Sequence[bytes],
@@ -141,19 +158,10 @@ def raw_put(
     commit_every: int = 1000,
     options: Any | None = None,
 ) -> Timing:
-    """Pack and write ``keys``/``values`` in WriteBatches of ``commit_every``, WAL off."""
+    """:func:`raw_write` into a database opened (and closed after) at ``path``."""
     db = raw_open(path, options)
-    wo = _no_wal()
-    pack = msgpack.Packer().pack
-    n = len(keys)
     try:
-        sw = Stopwatch().start()
-        for start in range(0, n, commit_every):
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            for i in range(start, min(start + commit_every, n)):
-                wb.put(keys[i], pack(values[i]))
-            db.write(wb, wo)
-        return sw.stop()
+        return raw_write(db, keys, values, commit_every=commit_every)
     finally:
         db.close()
 

@@ -8,7 +8,10 @@ case           what is measured (baseline)
 put            logged put, ~100-byte msgpack values, commit every 1,000, default fsync
                policy (raw rocksdict WriteBatch of 1,000, WAL off; quixstreams' put)
 get            point get of a random key, value unpacked (raw ``get`` + ``unpackb``;
-               quixstreams' ``tx.get``)
+               quixstreams' ``tx.get``), in a settled store and in a live one: a store
+               with every default setting, read right after it was written, against raw
+               rocksdict with *its* defaults written the same way (and with the store's
+               options), the reads interleaved in chunks
 range          ``store.range(lo, hi)`` over ``range_span`` keys (raw seek + iterate)
 restore        full restore of a changelog of ``restore_keys`` live keys written in random
                key order (raw WriteBatch load of the same pairs; quixstreams' recovery)
@@ -451,6 +454,84 @@ def case_get_range(sz: BenchSizes, reps: int, *, do_get: bool, do_range: bool) -
             )
         )
     return out
+
+
+LIVE_CHUNKS = 20
+"""The live get case reads every key once, in this many chunks; each chunk runs on every side
+back to back (the side that goes first rotating), so a change of the machine's load hits all
+sides of a chunk alike."""
+
+
+def case_get_live(sz: BenchSizes, reps: int) -> list[Result]:
+    """``get`` in a store being written, as a service reads the store it writes.
+
+    Per repetition, in fresh directories: a store opened with every default setting (the
+    manager's background cleaner included) is written in commits of ``commit_every``; raw
+    rocksdict is written the same way (WriteBatches of ``commit_every``, WAL off, nothing
+    flushed) once with rocksdict's own defaults and once with the store's RocksDB options
+    and block cache.  Nothing is closed, flushed or settled: each database holds its keys
+    wherever its options left them (memtables, level-0 files).  Then every key is read once,
+    in random order, in :data:`LIVE_CHUNKS` chunks interleaved across the three sides.
+    """
+    n = sz.get_records
+    keys = make_keys(n)
+    values = make_values(n)
+    lookups = make_keys(n, seed=99)
+    size = -(-n // LIVE_CHUNKS)
+    chunks = [lookups[i : i + size] for i in range(0, n, size)]
+    sides: dict[str, list[Timing]] = {"ss": [], "default": [], "same": []}
+    api = _imports()
+    for _ in range(reps):
+        with scratch_dir("get-live") as d, contextlib.ExitStack() as stack:
+            mgr = stack.enter_context(api["StateManager"](d / "ss"))
+            store = open_store(mgr)
+            write_store(store, keys, values, commit_every=sz.commit_every)
+            dbs = {}
+            for side, options in (("default", None), ("same", baselines.engine_options())):
+                db = baselines.raw_open(d / side, options)
+                stack.callback(db.close)
+                baselines.raw_write(db, keys, values, commit_every=sz.commit_every)
+                dbs[side] = db
+            get = store.get
+
+            def ss_get(chunk: list[bytes], get: Callable[[bytes], Any] = get) -> Timing:
+                sw = Stopwatch().start()
+                for k in chunk:
+                    if get(k) is None:
+                        raise KeyError(k)
+                return sw.stop()
+
+            readers: dict[str, Callable[[list[bytes]], Timing]] = {
+                "ss": ss_get,
+                "default": lambda chunk, db=dbs["default"]: baselines.raw_get(db, chunk),
+                "same": lambda chunk, db=dbs["same"]: baselines.raw_get(db, chunk),
+            }
+            order = list(readers)
+            for i, chunk in enumerate(chunks):
+                for side in order[i % 3 :] + order[: i % 3]:
+                    sides[side].append(readers[side](chunk))
+    name = "get, live store (all defaults, random key, unpacked)"
+    return [
+        rate_result(
+            name,
+            size,
+            "get/s",
+            sides["ss"],
+            "raw get + unpackb, rocksdict defaults, written the same way",
+            sides["default"],
+            Target("ratio>=", 0.9),
+            note=f"{n:,} keys written in commits of {sz.commit_every:,}, each read once",
+        ),
+        rate_result(
+            name,
+            size,
+            "get/s",
+            sides["ss"],
+            "raw get + unpackb, the store's options, written the same way",
+            sides["same"],
+            note="same options and block cache: the store's layers alone",
+        ),
+    ]
 
 
 # ------------------------------------------------------------------ restore
@@ -956,7 +1037,12 @@ Case = Callable[[BenchSizes, int], list[Result]]
 CASES: dict[str, tuple[Case, bool]] = {
     # name: (function, heavy?) -- heavy cases use BenchSizes.heavy_reps
     "put": (case_put, False),
-    "get": (lambda sz, reps: case_get_range(sz, reps, do_get=True, do_range=False), False),
+    "get": (
+        lambda sz, reps: (
+            case_get_range(sz, reps, do_get=True, do_range=False) + case_get_live(sz, reps)
+        ),
+        False,
+    ),
     "range": (lambda sz, reps: case_get_range(sz, reps, do_get=False, do_range=True), False),
     "restore": (case_restore, True),
     "incremental": (case_incremental, True),
@@ -991,7 +1077,10 @@ def main(argv: list[str] | None = None) -> int:
     cases: dict[str, tuple[Case, bool]] = dict(CASES)
     if "get" in names and "range" in names:  # one database build serves both
         names.remove("range")
-        cases["get"] = (lambda s, r: case_get_range(s, r, do_get=True, do_range=True), False)
+        cases["get"] = (
+            lambda s, r: case_get_range(s, r, do_get=True, do_range=True) + case_get_live(s, r),
+            False,
+        )
     if "disk" in names and "updates" in names:
         names.remove("disk")
 

@@ -72,6 +72,13 @@ def _at_least(minimum: int) -> Any:
     return check
 
 
+def _fraction(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidStoreConfigError(attribute.name, value, "must be a number")
+    if not 0 <= value <= 1:
+        raise InvalidStoreConfigError(attribute.name, value, "must be between 0 and 1")
+
+
 def _instance_of(cls: type[Any]) -> Any:
     def check(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
         if not isinstance(value, cls):
@@ -95,7 +102,8 @@ class RocksDBConfig:
     """RocksDB options of one store, applied on every open (never read back from disk).
 
     Defaults follow Kafka Streams' ``RocksDBStore`` (16 MiB write buffers, 3 of
-    them, 4 KiB blocks, bloom filters, no compression).  The block cache is
+    them, 4 KiB blocks, bloom filters, no compression), plus memtable bloom
+    filters (:attr:`memtable_bloom_size_ratio`).  The block cache is
     shared by every store of a manager and sized by
     :attr:`StateManagerConfig.block_cache_size_bytes`.
 
@@ -115,6 +123,14 @@ class RocksDBConfig:
 
     bloom_filter_bits_per_key: int = attrs.field(default=10, validator=_at_least(0))
     """Bloom filter bits per key; 0 disables the filter (Kafka Streams: 10)."""
+
+    memtable_bloom_size_ratio: float = attrs.field(default=0.02, validator=_fraction)
+    """Beyond Kafka Streams: a bloom filter over the whole keys of each memtable, sized at
+    this fraction of :attr:`write_buffer_size_bytes` (RocksDB's
+    ``memtable_prefix_bloom_size_ratio`` with ``memtable_whole_key_filtering``); 0 disables.
+    A get of a key that is not in a memtable then skips that memtable's skip-list search,
+    which is most gets of a store being written (its keys spread over the memtables and
+    level-0 files); docs/performance.md, "Reads in a live store"."""
 
     compression: Compression = attrs.field(default="none", validator=_one_of(_COMPRESSIONS))
     """SST compression (Kafka Streams: none)."""

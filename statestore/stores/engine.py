@@ -198,6 +198,9 @@ def rocksdb_options(config: RocksDBConfig, cache: rocksdict.Cache | None) -> Any
     options.set_compression_type(_compression(config.compression))
     options.set_keep_log_file_num(2)
     options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
+    if config.memtable_bloom_size_ratio > 0:
+        options.set_memtable_prefix_bloom_ratio(config.memtable_bloom_size_ratio)
+        options.set_memtable_whole_key_filtering(True)
     table = rocksdict.BlockBasedOptions()
     table.set_block_size(config.block_size_bytes)
     if cache is None:

@@ -110,6 +110,31 @@ def test_every_compression_writes_its_codec(tmp_path: Path, compression: Compres
     reopened.close()
 
 
+def _default_cf_options(db_dir: Path) -> dict[str, str]:
+    """The ``[CFOptions "default"]`` section of the newest OPTIONS file RocksDB wrote."""
+    newest = max(db_dir.glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
+    section = newest.read_text().split('[CFOptions "default"]')[1].split("[")[0]
+    pairs = (line.strip().partition("=") for line in section.splitlines() if "=" in line)
+    return {name: value for name, _, value in pairs}
+
+
+@pytest.mark.parametrize(("ratio", "filtering"), [(0.02, "true"), (0.1, "true"), (0.0, "false")])
+def test_memtable_bloom_filter_follows_the_config(
+    tmp_path: Path, ratio: float, filtering: str
+) -> None:
+    """RocksDB records the memtable bloom options it runs with (OPTIONS file): whole-key
+    filtering on with the configured size ratio, or both off at 0; reads are unchanged."""
+    config = RocksDBConfig() if ratio == 0.02 else RocksDBConfig(memtable_bloom_size_ratio=ratio)
+    engine = RocksDBEngine.open(tmp_path / "db", config=config, cache=None)
+    engine.write([(b"k%d" % i, b"v%d" % i) for i in range(1000)], 1000)
+    assert engine.get(b"k7") == b"v7"
+    assert engine.get(b"absent") is None
+    engine.close()
+    options = _default_cf_options(tmp_path / "db")
+    assert float(options["memtable_prefix_bloom_size_ratio"]) == pytest.approx(ratio)
+    assert options["memtable_whole_key_filtering"] == filtering
+
+
 _SST_CODEC_NAMES: dict[str, bytes] = {
     "none": b"NoCompression",
     "lz4": b"LZ4",
