@@ -133,7 +133,7 @@ def child(mode: str, directory: str, n: int, setting: str | None) -> None:
 
 def processes(n: int, reps: int, variants: list[str | None]) -> dict[str, Any]:
     out: dict[str, Any] = {v or "defaults": {"write_hwm": [], "restore": []} for v in variants}
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    env = dict(os.environ, PYTHONPATH=str(Path.cwd()))
     for _ in range(reps):
         for setting in variants:
             with scratch_dir("live-options-rss") as d:
