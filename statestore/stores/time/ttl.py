@@ -62,6 +62,12 @@ V = TypeVar("V")
 
 _SWEEP_CHUNK = 1024
 """Entries the sweep reads per RocksDB scan step."""
+_TOMBSTONE_OVERHEAD_BYTES = 16
+"""What a tombstone costs in a record batch besides its key (length, attributes, deltas,
+a null value): an upper bound for small keys."""
+_SWEEP_BUDGET_BYTES = 256 * 1024
+"""A sweep's tombstone bytes when the store has no local changelog (distributed mode): a
+quarter of the producer's default ``message.max.bytes``."""
 
 
 @attrs.define
@@ -185,6 +191,13 @@ class TtlKeyValueStore(TimeStoreBase[K, V]):
         self._ttl = ttl
         self._decoder: _Decoder[K, V] = _Decoder(self, ttl.ttl_ms, now_ms)
         self._next_sweep_ms = now_ms() + ttl.sweep_interval_ms
+        self._sweep_from: bytes | None = None
+        """Where a sweep that stopped at its budget left off (``None``: from the first key)."""
+        self._sweep_budget_bytes = (
+            min(log.config.max_message_bytes for log in inner.changelogs) // 4
+            if inner.changelogs
+            else _SWEEP_BUDGET_BYTES
+        )
         """When :meth:`sweep_due` says yes: ``sweep_interval_ms`` after the open or the last sweep."""
 
     @property
@@ -376,30 +389,42 @@ class TtlKeyValueStore(TimeStoreBase[K, V]):
     # ------------------------------------------------------------- the sweep
 
     def expire(self) -> int:
-        """Buffer a tombstone for every key whose value has expired; returns how many.
+        """Buffer a tombstone for each key whose value has expired; returns how many.
 
         Walks the store (committed entries merged with buffered writes, so a
         key written since the last commit is judged by its new value); the
         tombstones go out with the next commit, through the normal commit
-        path.  Keys already deleted are not touched.
+        path.  Keys already deleted are not touched.  One sweep buffers
+        tombstones worth at most a quarter of the changelog's
+        ``max_message_bytes`` (a commit is one record batch, and the caller's
+        own writes share it); when it stops there, the next commit sweeps again,
+        from the key where it stopped.
         """
         self._check("expire")
         counts = self._decoder.counts
         cutoff = self._decoder.cutoff()
+        budget = self._sweep_budget_bytes
         expired: list[bytes] = []
-        source = self._inner.range()
-        while chunk := list(itertools.islice(source, _SWEEP_CHUNK)):
-            expired.extend(
-                key
-                for key, data in chunk
-                if len(data) >= TIMESTAMP_BYTES and _unpack_stamp(data) <= cutoff
-            )
+        size = 0
+        full = False
+        source = self._inner.range(self._sweep_from, None)
+        while not full and (chunk := list(itertools.islice(source, _SWEEP_CHUNK))):
+            for key, data in chunk:
+                if len(data) >= TIMESTAMP_BYTES and _unpack_stamp(data) <= cutoff:
+                    size += len(key) + _TOMBSTONE_OVERHEAD_BYTES
+                    if size > budget:
+                        full = True
+                        self._sweep_from = key  # the next sweep goes on from here
+                        break
+                    expired.append(key)
+        if not full:
+            self._sweep_from = None  # the walk reached the end: the next starts over
         if expired:
             self._inner.put_all([(key, None) for key in expired])
         counts.expired_swept += len(expired)
         counts.sweeps += 1
         counts.last_sweep_ms = now = self._now_ms()
-        self._next_sweep_ms = now + self._ttl.sweep_interval_ms
+        self._next_sweep_ms = now if full else now + self._ttl.sweep_interval_ms
         return len(expired)
 
     def sweep_due(self) -> bool:

@@ -301,3 +301,25 @@ def test_expiry_is_counted_in_metrics(tmp_path: Path) -> None:
         clock.now_ms += TTL
         manager.commit()
         assert manager.metrics()["ttl"]["t"]["expired-swept-total"] == 1
+
+
+def test_a_large_sweep_is_spread_over_commits_that_fit_a_batch(tmp_path: Path) -> None:
+    """One sweep buffers at most a quarter of max_message_bytes of tombstones; the rest follow."""
+    clock = Clock()
+    log_config = LogConfig(max_message_bytes=4096)
+    with StateManager(tmp_path / "s", clock, config=NO_CLEANER, log_config=log_config) as manager:
+        store = manager.ttl_store("t", ttl=TtlSettings(ttl_ms=TTL, sweep_interval_ms=10**9))
+        for start in range(0, 1000, 100):
+            for n in range(start, start + 100):
+                store[f"key-{n:04d}"] = n
+            manager.commit()
+        clock.now_ms += TTL
+        store.expire()  # the first part: the next commits go on (the sweep stays due)
+        assert 0 < store.counts.expired_swept <= 4096 // 4 // (len("key-0000") + 16)
+        commits = 0
+        while store.sweep_due() or store.pending_count:
+            manager.commit()  # each commit sweeps the next part; each fits in one batch
+            commits += 1
+            assert commits < 100
+        assert store.counts.expired_swept == 1000 and commits > 1
+        assert len(store.inner) == 0
