@@ -53,7 +53,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from statestore.errors import UnsupportedStoreOperationError
+from statestore.errors import InvalidStateStoreError, UnsupportedStoreOperationError
 from statestore.kafka.clients import KafkaClients
 from statestore.kafka.commit import (
     CommitResult,
@@ -938,11 +938,16 @@ class Processor:
             changelogs={name: info.name for name, info in self._topics.items()},
             standbys=self._standby,
         )
-        active = {
-            name: {task.partition: task.stores[name].store.reader() for task in self._running()}
-            for name, spec in self._specs.items()
-            if spec.time is None  # stores in time are read through stores(name)
-        }
+        active: dict[str, dict[int, Any]] = {}
+        for name, spec in self._specs.items():
+            if spec.time is not None:  # stores in time are read through stores(name)
+                continue
+            readers = active[name] = {}
+            for task in self._running():
+                try:
+                    readers[task.partition] = task.stores[name].store.reader()
+                except InvalidStateStoreError:  # a failed store answers no query
+                    continue
         self._queries.refresh_local(
             active, self._standby, {name: spec.value_serde for name, spec in self._specs.items()}
         )
