@@ -9,7 +9,8 @@ process), numbered as the tests crash them:
 2. produce every output as user code sends it, into the open transaction
    (as Kafka Streams' record collector does), and at commit one changelog
    record per buffered key of every store partition (a tombstone for a
-   delete) to partition ``p`` of the store's topic.  A commit of any size:
+   delete) to partition ``p`` of the store's topic (a store in time's with
+   its timestamp as the record's CreateTime).  A commit of any size:
    when librdkafka's local queue is full (``BufferError``) the producer is
    polled (delivery reports free room) and the record produced again, until
    the deadline;
@@ -391,16 +392,32 @@ def commit_tasks(
         for index, entry in enumerate(stores):  # 2
             if not entry.store.participant.pending_count:
                 continue
-            pending = entry.store.pending
+            # A store in time's records carry their timestamps (CreateTime); a key-value
+            # store's are the buffered writes as they are, stamped by the producer.
+            pairs, stamps = entry.store.changelog_records()
             topic = entry.topic
             partition = entry.store.partition
-            items = iter(pending.items())
+            final = len(pairs) - 1
             # Only the last record of a partition reports its offset (records of one
             # partition are acknowledged in order); under exactly-once a failed record
             # fails commit_transaction, so the others need no report.
-            for key, value in itertools.islice(items, len(pending) - 1):
+            if stamps is None:
+                for key, value in itertools.islice(pairs, final):
+                    try:
+                        produce(topic, value, key, partition, every)
+                    except BufferError:
+                        _produce_when_room(
+                            producer,
+                            deadline,
+                            topic,
+                            value=value,
+                            key=key,
+                            partition=partition,
+                            on_delivery=every,
+                        )
+                key, value = pairs[final]
                 try:
-                    produce(topic, value, key, partition, every)
+                    produce(topic, value, key, partition, delivered(index))
                 except BufferError:
                     _produce_when_room(
                         producer,
@@ -409,22 +426,25 @@ def commit_tasks(
                         value=value,
                         key=key,
                         partition=partition,
-                        on_delivery=every,
+                        on_delivery=delivered(index),
                     )
-            key, value = next(items)
-            try:
-                produce(topic, value, key, partition, delivered(index))
-            except BufferError:
-                _produce_when_room(
-                    producer,
-                    deadline,
-                    topic,
-                    value=value,
-                    key=key,
-                    partition=partition,
-                    on_delivery=delivered(index),
-                )
-            changelog_records += len(pending)
+            else:
+                for position, ((key, value), stamp) in enumerate(zip(pairs, stamps, strict=True)):
+                    report = delivered(index) if position == final else every
+                    try:
+                        produce(topic, value, key, partition, report, timestamp=stamp)
+                    except BufferError:
+                        _produce_when_room(
+                            producer,
+                            deadline,
+                            topic,
+                            value=value,
+                            key=key,
+                            partition=partition,
+                            on_delivery=report,
+                            timestamp=stamp,
+                        )
+            changelog_records += len(pairs)
         if not eos:
             _check_delivered(producer.flush(left()), errors, eos=False, timeout_s=timeout_s)
         if fault_hook is not None:

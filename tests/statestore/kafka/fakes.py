@@ -53,6 +53,8 @@ class FakeProducer:
         self.calls: list[str] = []
         self.fail: dict[str, BaseException] = {}
         self.log: dict[tuple[str, int], list[tuple[int, bytes | None, bytes | None]]] = {}
+        self.timestamps: dict[tuple[str, int], list[int]] = {}
+        """Each produced record's ``timestamp`` argument (0: the producer's clock)."""
         self.committed: list[tuple[str, int, bytes | None, bytes | None]] = []
         self.offsets_sent: list[Any] = []
         self._open: list[tuple[str, int, bytes | None, bytes | None]] = []
@@ -75,6 +77,7 @@ class FakeProducer:
         partition: int = -1,
         on_delivery: Callable[[Any, Any], None] | None = None,
         headers: Any = None,
+        timestamp: int = 0,
     ) -> None:
         if self.queue_records is not None and len(self._reports) >= self.queue_records:
             self.buffer_errors += 1
@@ -85,6 +88,7 @@ class FakeProducer:
         offset = self._next.get((topic, part), 0)
         self._next[(topic, part)] = offset + 1
         self.log.setdefault((topic, part), []).append((offset, key, value))
+        self.timestamps.setdefault((topic, part), []).append(timestamp)
         self._open.append((topic, part, key, value))
         self._reports.append((on_delivery, _Delivered(topic, part, offset)))
 
