@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from statestore import TimeSettings
-from statestore.errors import UnsupportedStoreOperationError
+from statestore.errors import InvalidStoreConfigError, UnsupportedStoreOperationError
 from statestore.kafka import (
     ChangelogTopicConfig,
     ChangelogTopicMismatchError,
@@ -22,6 +22,7 @@ from statestore.kafka import (
 )
 from statestore.kafka.store import KafkaStoreSpec
 from statestore.kafka.topics import validate_changelog_topic
+from statestore.stores.time.settings import TtlSettings
 
 DAY_MS = 86_400_000
 CONFIG = ChangelogTopicConfig()
@@ -124,3 +125,10 @@ def test_interactive_queries_refuse_a_store_in_time(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedStoreOperationError) as refused:
         processor.query("w", "k")
     assert (refused.value.store, refused.value.operation) == ("w", "query")
+
+
+def test_a_ttl_store_is_refused_in_distributed_mode() -> None:
+    settings = TimeSettings.timestamped_key_value(ttl=TtlSettings(ttl_ms=60_000))
+    with pytest.raises(InvalidStoreConfigError) as refused:
+        KafkaStoreSpec(name="profiles", time=settings)
+    assert refused.value.setting == "time"
