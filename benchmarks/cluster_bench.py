@@ -8,8 +8,8 @@ Cases (medians over interleaved repetitions):
     The same ``restore_keys`` live keys (random order, ~100-byte msgpack values) are
     restored (a) from a one-partition changelog topic on the broker with
     :func:`statestore.kafka.restore.restore_partition` (a ``read_committed``
-    consumer, ``fetch.queue.backoff.ms=10``, WriteBatches of 10,000, RocksDB
-    flushed at the end) and (b) from the local changelog by opening a local store
+    consumer with the restorer's settings, ``RESTORE_CONSUMER_SETTINGS``, byte-sized
+    WriteBatches) and (b) from the local changelog by opening a local store
     with ``restore_mode="full"`` (log load, replay, flush).  Both start from an
     empty RocksDB with the same options; (b) is the baseline.  The broker shares
     the two cores with the client, so (a) pays the broker's CPU too.
@@ -131,7 +131,10 @@ def _broker_restore(bootstrap: str, topic: str, db: Path) -> tuple[float, int]:
     from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
     from statestore.config import RocksDBConfig  # noqa: PLC0415
-    from statestore.kafka.restore import restore_partition  # noqa: PLC0415
+    from statestore.kafka.restore import (  # noqa: PLC0415
+        RESTORE_CONSUMER_SETTINGS,
+        restore_partition,
+    )
     from statestore.kafka.topics import topic_info, watermarks  # noqa: PLC0415
     from statestore.stores.engine import RocksDBEngine  # noqa: PLC0415
 
@@ -141,10 +144,7 @@ def _broker_restore(bootstrap: str, topic: str, db: Path) -> tuple[float, int]:
         {
             "bootstrap.servers": bootstrap,
             "group.id": "bench-restore",
-            "enable.auto.commit": "false",
-            "auto.offset.reset": "error",
-            "isolation.level": "read_committed",
-            "fetch.queue.backoff.ms": "10",
+            **RESTORE_CONSUMER_SETTINGS,
         }
     )
     try:
@@ -245,16 +245,14 @@ def _restorer_restore(bootstrap: str, admin: Any, info: Any, partitions: int, d:
 
     from statestore.config import RocksDBConfig  # noqa: PLC0415
     from statestore.kafka import ChangelogTopicConfig  # noqa: PLC0415
+    from statestore.kafka.restore import RESTORE_CONSUMER_SETTINGS  # noqa: PLC0415
     from statestore.kafka.restorer import Restorer  # noqa: PLC0415
 
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "bench-restore",
-            "enable.auto.commit": "false",
-            "auto.offset.reset": "error",
-            "isolation.level": "read_committed",
-            "fetch.queue.backoff.ms": "10",
+            **RESTORE_CONSUMER_SETTINGS,
         }
     )
     restorer = Restorer(

@@ -81,7 +81,7 @@ from statestore.kafka.handlers import (
     log_and_fail,
 )
 from statestore.kafka.query import InteractiveQueries, KeyQueryMetadata, QueryResult
-from statestore.kafka.restore import applied_meta
+from statestore.kafka.restore import RESTORE_CONSUMER_SETTINGS, applied_meta
 from statestore.kafka.restorer import RestoredTask, Restorer, TaskRestored
 from statestore.kafka.standby import StandbyTasks, group_owners, standby_partitions
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
@@ -368,10 +368,7 @@ class Processor:
             {
                 **self._client_config(),
                 "group.id": f"{config.application_id}-restore",
-                "enable.auto.commit": "false",
-                "auto.offset.reset": "error",
-                "isolation.level": "read_committed",
-                "fetch.queue.backoff.ms": "10",
+                **RESTORE_CONSUMER_SETTINGS,
                 **config.consumer_overrides,
             }
         )

@@ -5,14 +5,16 @@ thread hands a task over with :meth:`Restorer.add` (its state is then
 ``RESTORING``) and takes the finished ones back with :meth:`Restorer.take`;
 between the two the restorer thread alone touches that task's RocksDB:
 
-1. open ``<state_dir>/<store>-<p>/`` of every store (segmented by time for
-   window, session and versioned stores; the tasks added
-   together on a few helper threads at once; each task's engines are touched
-   by one of them only), read the watermarks of the changelog partitions (one
-   request per topic for every task added together), plan
-   (:func:`~statestore.kafka.restore.plan_broker_restore`), wipe what must be
-   rebuilt;
-2. replay every partition being restored at once with one consumer
+1. read the watermarks of the changelog partitions (one request per topic
+   for every task added together), then open ``<state_dir>/<store>-<p>/`` of
+   every store (segmented by time for window, session and versioned stores)
+   on the restorer's few open threads, plan
+   (:func:`~statestore.kafka.restore.plan_broker_restore`) and wipe what must
+   be rebuilt there; each task's engines are touched by one open thread until
+   its open is done;
+2. as soon as a task's stores are open, its partitions join the replay (the
+   others are still opening meanwhile): every partition being restored is
+   replayed at once with one consumer
    (:class:`~statestore.kafka.restore.RestoreSession`): no fixed wait per
    partition, WriteBatches sized by bytes;
 3. when every store of the task reached its end offset, put a
@@ -35,7 +37,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,7 @@ __all__ = ["RestoredTask", "Restorer", "TaskRestored"]
 logger = logging.getLogger(__name__)
 
 _OPEN_THREADS = 4
-"""Store partitions opened at once when tasks are added together."""
+"""Store partitions opened at once (RocksDB's open waits on file syncs, so a few overlap)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -147,6 +149,11 @@ class Restorer:
         self._commands: queue.Queue[tuple[str, int, threading.Event | None]] = queue.Queue()
         self._done: queue.Queue[RestoredTask] = queue.Queue()
         self._restoring: dict[int, _Restoring] = {}
+        self._opening: dict[int, Future[list[PartitionReplay]]] = {}
+        """Tasks whose stores are being opened on the pool (their ``_Restoring`` is theirs)."""
+        self._pool = ThreadPoolExecutor(
+            max_workers=_OPEN_THREADS, thread_name_prefix="restore-open"
+        )
         self._by_replay: dict[tuple[str, int], int] = {}
         self._thread = threading.Thread(target=self._run, name="statestore-restorer", daemon=True)
         self._crashed: BaseException | None = None
@@ -194,6 +201,8 @@ class Restorer:
         if self._thread.is_alive():
             self._commands.put(("stop", -1, None))
             self._thread.join(timeout_s)
+        self._pool.shutdown(wait=True)  # opens in flight finish; their engines are closed below
+        self._opening = {}
         for restoring in self._restoring.values():
             restoring.close()
         self._restoring = {}
@@ -224,6 +233,7 @@ class Restorer:
     def _run(self) -> None:
         try:
             while self._serve_commands():
+                self._replay_opened()
                 if self._session.active:
                     self._step()
         except BaseException as exc:
@@ -233,7 +243,7 @@ class Restorer:
     def _serve_commands(self) -> bool:
         """Run the queued commands in order (block briefly when idle); False on stop."""
         adds: list[int] = []
-        block = not self._session.active
+        block = not self._session.active and not self._opening
         while True:
             try:
                 kind, partition, done = (
@@ -258,10 +268,9 @@ class Restorer:
         return True
 
     def _start(self, partitions: list[int]) -> None:
-        """Step 1 for ``partitions``: open, plan, and hand the replays to the session."""
+        """Step 1 for ``partitions``: the watermarks, then the opens on the pool."""
         for p in partitions:
             self._restoring[p] = _Restoring(p)
-        replays: list[PartitionReplay] = []
         try:
             marks = {
                 name: watermarks(self._admin, info.name, partitions)
@@ -271,19 +280,32 @@ class Restorer:
             for p in partitions:
                 self._fail(p, exc)
             return
-        # RocksDB opens overlap on threads (docs/performance.md): a few at once.
-        with ThreadPoolExecutor(max_workers=min(_OPEN_THREADS, len(partitions))) as pool:
-            opening = {p: pool.submit(self._open, self._restoring[p], marks) for p in partitions}
-        for p, future in opening.items():
+        for p in partitions:
+            self._opening[p] = self._pool.submit(self._open, self._restoring[p], marks)
+
+    def _replay_opened(self) -> None:
+        """Step 2 for the tasks whose stores are open: their partitions join the session.
+
+        With nothing to replay yet, waits briefly for an open to finish.
+        """
+        if not self._opening:
+            return
+        if not self._session.active:
+            wait(list(self._opening.values()), timeout=0.05, return_when=FIRST_COMPLETED)
+        replays: list[PartitionReplay] = []
+        for p in [p for p, future in self._opening.items() if future.done()]:
+            future = self._opening.pop(p)
             try:
-                replays.extend(future.result())
+                opened = future.result()
             except Exception as exc:  # noqa: BLE001 - the task fails; the others go on
                 self._fail(p, exc)
-        for replay in replays:
-            if replay.partition in self._restoring:
-                self._by_replay[replay.key] = replay.partition
-        for replay in self._session.add([r for r in replays if r.partition in self._restoring]):
-            self._finished(replay)
+                continue
+            for replay in opened:
+                self._by_replay[replay.key] = p
+            replays.extend(opened)
+        if replays:
+            for replay in self._session.add(replays):
+                self._finished(replay)
 
     def _open(
         self, restoring: _Restoring, marks: Mapping[str, Mapping[int, tuple[int, int]]]
@@ -381,6 +403,10 @@ class Restorer:
         self._done.put(RestoredTask(partition=partition, engines={}, reports=(), error=error))
 
     def _cancel(self, partition: int) -> None:
+        opening = self._opening.pop(partition, None)
+        if opening is not None:
+            # the open thread owns the task's engines until it is done: wait for it
+            wait([opening])
         restoring = self._restoring.pop(partition, None)
         if restoring is not None:
             self._forget(restoring)

@@ -300,6 +300,9 @@ class FakeChangelogConsumer:
         for tp in partitions:
             self.positions.pop((tp.topic, tp.partition), None)
 
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> _Metadata:
+        return FakeAdmin(self.cluster).list_topics(topic, timeout)
+
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
         out: list[Any] = []
         for (topic, p), position in list(self.positions.items()):

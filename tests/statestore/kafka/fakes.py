@@ -198,6 +198,7 @@ class FakeRestoreConsumer:
         self.assigned: list[Any] = []
         self.unassigned = 0
         self.consumes = 0
+        self.metadata_requests: list[str | None] = []
         self._positions: dict[tuple[str, int], int] = {}
 
     def _log(self, partition: int) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
@@ -207,6 +208,9 @@ class FakeRestoreConsumer:
         self.assigned.append(partitions)
         for tp in partitions:
             self._positions[(tp.topic, tp.partition)] = tp.offset
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+        self.metadata_requests.append(topic)
 
     def incremental_unassign(self, partitions: list[Any]) -> None:
         self.unassigned += 1

@@ -199,6 +199,9 @@ def test_a_session_restores_many_partitions_at_once(tmp_path: Path) -> None:
     ]
     assert session.add(replays) == []
     assert len(consumer.assigned) == 1, "one assignment of every partition"
+    # the topic's metadata is asked for once, before the assignment (no wait for
+    # librdkafka's once-a-second topic scan)
+    assert consumer.metadata_requests == ["t"]
     finished: list[PartitionReplay] = []
     steps = 0
     while len(finished) < partitions:
