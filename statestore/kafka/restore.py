@@ -87,6 +87,9 @@ RESTORE_CONSUMER_SETTINGS: Final = {
     # Partitions join the restore consumer one task at a time; a partition joining
     # while a fetch waits at the end of the others (500 ms by default) waited for it.
     "fetch.wait.max.ms": "10",
+    # One partition's fetch is capped by this (1 MB by default): a restore of one big
+    # partition made a round trip per ~7k records (100k records: 1.27 -> 1.01 s).
+    "max.partition.fetch.bytes": str(8 * 1024 * 1024),
 }
 """librdkafka settings of a restore consumer (besides the client's and ``group.id``)."""
 
@@ -313,42 +316,10 @@ class RestoreSession:
         :class:`BrokerRestoreError` (its ``topic``/``partition`` name the
         partition) on a broken or stalled partition; the caller removes it.
         """
-        from confluent_kafka import KafkaError, TopicPartition  # noqa: PLC0415
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
 
         active = self._active
-        batch_bytes = self._batch_bytes
-        for message in self._consumer.consume(self._fetch_records, timeout=timeout_s):
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise BrokerRestoreError(
-                    message.topic(), message.partition(), message.offset(), error.str()
-                )
-            replay = active.get((message.topic(), message.partition()))
-            if replay is None:
-                continue  # removed meanwhile
-            offset = message.offset()
-            if offset >= replay.end_offset:
-                continue
-            key = message.key()
-            if key is None:
-                raise BrokerRestoreError(
-                    replay.topic, replay.partition, offset, "changelog record without a key"
-                )
-            value = message.value()
-            if replay.record_format != "plain":
-                ((restored, value),) = restored_pairs(
-                    replay.record_format,
-                    ((key, message.timestamp()[1], value),),
-                    expiry_cutoff_ms=replay.expiry_cutoff_ms,
-                )
-                key = cast("bytes", restored)  # a key in gives a key out
-            replay.pending.append((key, value))
-            replay.pending_bytes += len(key) + (0 if value is None else len(value))
-            replay.last_offset = offset
-            if replay.pending_bytes >= batch_bytes:
-                self._apply(replay)
+        self._take(self._consumer.consume(self._fetch_records, timeout=timeout_s))
         if not active:
             return []
         positions = self._consumer.position(
@@ -376,6 +347,78 @@ class RestoreSession:
         if finished:
             self.remove([replay.key for replay in finished])
         return finished
+
+    def _take(self, messages: list[Any]) -> None:
+        """Append ``messages`` to their partitions' pending WriteBatches; write the full ones.
+
+        The hot loop of a restore (~1-2 us a record here): a consume returns
+        long runs of one partition, so the run's partition is looked up once
+        and its pending list, byte count and last offset live in locals until
+        the run ends.
+        """
+        from confluent_kafka import KafkaError  # noqa: PLC0415
+
+        active = self._active
+        batch_bytes = self._batch_bytes
+        replay: PartitionReplay | None = None
+        topic: str | None = None
+        partition = -1
+        pending: list[tuple[bytes, bytes | None]] = []
+        size = 0
+        end = 0
+        last = -1
+        plain = True
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise BrokerRestoreError(
+                    message.topic(), message.partition(), message.offset(), error.str()
+                )
+            p = message.partition()
+            t = message.topic()
+            if p != partition or t != topic:
+                if replay is not None:
+                    replay.pending_bytes = size
+                    replay.last_offset = last
+                topic, partition = t, p
+                replay = active.get((t, p))
+                if replay is None:
+                    continue  # removed meanwhile
+                pending = replay.pending
+                size = replay.pending_bytes
+                end = replay.end_offset
+                last = replay.last_offset
+                plain = replay.record_format == "plain"
+            elif replay is None:
+                continue
+            offset = message.offset()
+            if offset >= end:
+                continue
+            key = message.key()
+            if key is None:
+                raise BrokerRestoreError(t, p, offset, "changelog record without a key")
+            value = message.value()
+            if not plain:
+                ((restored, value),) = restored_pairs(
+                    replay.record_format,
+                    ((key, message.timestamp()[1], value),),
+                    expiry_cutoff_ms=replay.expiry_cutoff_ms,
+                )
+                key = cast("bytes", restored)  # a key in gives a key out
+            pending.append((key, value))
+            size += len(key) if value is None else len(key) + len(value)
+            last = offset
+            if size >= batch_bytes:
+                replay.pending_bytes = size
+                replay.last_offset = last
+                self._apply(replay)
+                pending = replay.pending
+                size = 0
+        if replay is not None:
+            replay.pending_bytes = size
+            replay.last_offset = last
 
     def _apply(self, replay: PartitionReplay) -> None:
         """Write the pending records of ``replay`` with the applied offset just past them."""

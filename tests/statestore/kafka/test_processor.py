@@ -42,10 +42,16 @@ def _cluster(records: int) -> FakeCluster:
     cluster.create("in", PARTITIONS)
     cluster.create("out", PARTITIONS)
     cluster.create("dlq", 1)
+    _feed(cluster, records)
+    return cluster
+
+
+def _feed(cluster: FakeCluster, records: int) -> None:
+    """Append ``records`` input records (seq 0, 1, ...: each task restores and runs on its
+    own, so a test that needs every task running before the first record feeds after)."""
     for seq in range(records):
         value = msgpack.packb({"seq": seq, "delta": 1})
         cluster.append("in", seq % PARTITIONS, f"k{seq % 4}".encode(), value)
-    return cluster
 
 
 def _processor(
@@ -114,7 +120,7 @@ def test_tasks_move_created_restoring_running_and_close(tmp_path: Path) -> None:
 
 
 def test_an_exception_abandons_every_task_and_the_retry_applies_once(tmp_path: Path) -> None:
-    cluster = _cluster(20)
+    cluster = _cluster(0)
     fails = {13: 1}
 
     def flaky(seq: int) -> bool:
@@ -125,6 +131,7 @@ def test_an_exception_abandons_every_task_and_the_retry_applies_once(tmp_path: P
 
     with _processor(cluster, tmp_path, flaky) as processor:
         _until_running(processor)
+        _feed(cluster, 20)
         with pytest.raises(ProcessingError) as caught:
             processor.poll_once(0.01)
         assert caught.value.offset == 13 // PARTITIONS and caught.value.partition == 1
@@ -189,7 +196,8 @@ def test_a_commit_that_keeps_failing_stops_the_processor_after_its_attempts(
 ) -> None:
     cluster = _cluster(10)
     with _processor(cluster, tmp_path, commit_interval_ms=1) as processor:
-        _until_running(processor)
+        # failing from the start: a task runs (and commits) as soon as it is restored,
+        # before the others are
         producer = cluster.producers[0]
         producer.fail_always["commit"] = kafka_exception(KafkaError._TIMED_OUT, abortable=True)
         stopped = _poll_until_stopped(processor)
