@@ -99,6 +99,7 @@ class KafkaBroker:
         self.config_file = work_dir / "server.properties"
         self.console_log = work_dir / "broker.out"
         self.port = 0
+        self._controller_port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._out: TextIO | None = None
         self._formatted = False
@@ -129,11 +130,15 @@ class KafkaBroker:
         """Whether the broker process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
-    def _write_config(self, overrides: Mapping[str, str]) -> None:
-        self.port = free_port()
-        controller_port = free_port()
-        while controller_port == self.port:
+    def _write_config(self, overrides: Mapping[str, str], *, keep_ports: bool = False) -> None:
+        if keep_ports and self.port:
+            controller_port = self._controller_port
+        else:
+            self.port = free_port()
             controller_port = free_port()
+            while controller_port == self.port:
+                controller_port = free_port()
+            self._controller_port = controller_port
         settings: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -160,9 +165,10 @@ class KafkaBroker:
             "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
         }
         if self.sasl_users:
-            self.sasl_port = free_port()
-            while self.sasl_port in (self.port, controller_port):
+            if not (keep_ports and self.sasl_port):
                 self.sasl_port = free_port()
+                while self.sasl_port in (self.port, controller_port):
+                    self.sasl_port = free_port()
             sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
             users = " ".join(f'user_{name}="{secret}"' for name, secret in self.sasl_users.items())
             settings["listeners"] += f",{sasl}"
@@ -182,29 +188,34 @@ class KafkaBroker:
         *,
         timeout_s: float = 180,
         attempts: int = 3,
+        keep_ports: bool = False,
     ) -> None:
         """Write the configuration (defaults plus ``overrides``), format once, start, wait until up.
 
         Ports are chosen free just before the start; if another process takes one
         meanwhile (the broker dies with "Address already in use"), the start is
-        retried with new ports, up to ``attempts`` times.  Raises
+        retried with new ports, up to ``attempts`` times.  ``keep_ports``: listen on
+        the ports of the previous start instead (a restart the running clients see
+        as the same broker coming back; no retry on other ports).  Raises
         :class:`KafkaRuntimeError` (with the tail of the broker's console log) if the
         broker dies or is not up within ``timeout_s``; the process is killed then.
         """
         for attempt in range(1, attempts + 1):
             try:
-                self._start_once(overrides or {}, timeout_s)
+                self._start_once(overrides or {}, timeout_s, keep_ports=keep_ports)
             except KafkaRuntimeError as exc:
-                if attempt == attempts or "Address already in use" not in str(exc):
+                if keep_ports or attempt == attempts or "Address already in use" not in str(exc):
                     raise
             else:
                 return
 
-    def _start_once(self, overrides: Mapping[str, str], timeout_s: float) -> None:
+    def _start_once(
+        self, overrides: Mapping[str, str], timeout_s: float, *, keep_ports: bool = False
+    ) -> None:
         if self._proc is not None:
             raise KafkaRuntimeError("the broker is already running")
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self._write_config(overrides)
+        self._write_config(overrides, keep_ports=keep_ports)
         if not self._formatted:
             self.dist.format_storage(self.config_file, new_cluster_id())
             self._formatted = True

@@ -259,6 +259,7 @@ def run_worker(
     app: str = APPLICATION_ID,
     commit_interval_ms: int = 200,
     hang_in_txn_after: int | None = None,
+    release_file: Path | None = None,
     stall_in_txn_after: int | None = None,
     stall_s: float = 0.0,
     max_poll_interval_ms: int = 300_000,
@@ -274,7 +275,8 @@ def run_worker(
 
     Fault injection for tests and the demo: ``hang_in_txn_after=N`` blocks for
     ever inside the (N+1)-th transaction, after its records are produced and
-    before it commits (to be ``kill -9`` ed there); ``stall_in_txn_after=N``
+    before it commits (to be ``kill -9`` ed there), or with ``release_file`` until
+    that file exists, then commits (once); ``stall_in_txn_after=N``
     sleeps ``stall_s`` there once (a zombie: the group moves on meanwhile).
     """
     from statestore.kafka import (  # noqa: PLC0415
@@ -292,6 +294,7 @@ def run_worker(
     signal.signal(signal.SIGINT, stop)
     commits = 0
     stalled = False
+    held = False
 
     def process(context: ProcessorContext, message: Any) -> None:
         change = msgpack.unpackb(message.value())
@@ -302,13 +305,18 @@ def run_worker(
         context.send(output_topic, message.key(), msgpack.packb(balance))
 
     def fault(step: str) -> None:
-        nonlocal stalled
+        nonlocal stalled, held
         if step != "produced":
             return
-        if hang_in_txn_after is not None and commits >= hang_in_txn_after:
+        if hang_in_txn_after is not None and commits >= hang_in_txn_after and not held:
             _emit("in-transaction", commits=commits)
-            while True:
-                time.sleep(3600)
+            if release_file is None:
+                while True:
+                    time.sleep(3600)
+            held = True
+            while not release_file.exists():
+                time.sleep(0.05)
+            _emit("released", commits=commits)
         if stall_in_txn_after is not None and commits >= stall_in_txn_after and not stalled:
             stalled = True
             _emit("stalled", commits=commits, seconds=stall_s)
@@ -396,6 +404,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--app", default=APPLICATION_ID)
     worker.add_argument("--commit-interval-ms", type=int, default=200)
     worker.add_argument("--hang-in-txn-after", type=int)
+    worker.add_argument("--release-file", type=Path)
     worker.add_argument("--stall-in-txn-after", type=int)
     worker.add_argument("--stall-s", type=float, default=0.0)
     worker.add_argument("--max-poll-interval-ms", type=int, default=300_000)
@@ -433,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             app=args.app,
             commit_interval_ms=args.commit_interval_ms,
             hang_in_txn_after=args.hang_in_txn_after,
+            release_file=args.release_file,
             stall_in_txn_after=args.stall_in_txn_after,
             stall_s=args.stall_s,
             max_poll_interval_ms=args.max_poll_interval_ms,

@@ -76,6 +76,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_ABORT_RESUME_TIMEOUT_S = 10.0
+"""How long a resumed abort (one that timed out before) may take before ``begin`` gives up."""
+
 FaultHook = Callable[[str], None]
 """Called with a step name for fault injection in tests: ``"produced"`` after step 2 (and,
 at-least-once, the flush), ``"committed"`` after step 4."""
@@ -205,6 +208,9 @@ class OpenTransaction:
         """Outputs produced since the last commit or abandon."""
         self.failure: KafkaClientError | None = None
         """The first failure while sending; the commit raises it."""
+        self.abort_unfinished = False
+        """An abort timed out (a broker away): librdkafka finishes it only when it is called
+        again, and refuses ``begin_transaction`` meanwhile (``_CONFLICT``)."""
         self.delivery_errors: list[Any] = []
         """Errors of delivery reports (at-least-once) since the last commit or abandon."""
         self._known = set(known_topics)
@@ -221,8 +227,16 @@ class OpenTransaction:
             raise self.failure
 
     def begin(self) -> None:
-        """``begin_transaction`` unless one is open (exactly-once); raises as the client does."""
+        """``begin_transaction`` unless one is open (exactly-once); raises as the client does.
+
+        An abort that timed out earlier is resumed first (and raises as the
+        client does if it times out again: that commit fails, the next one
+        resumes it again).
+        """
         if self.exactly_once and not self.open:
+            if self.abort_unfinished:
+                self.producer.abort_transaction(_ABORT_RESUME_TIMEOUT_S)
+                self.abort_unfinished = False
             self.producer.begin_transaction()
             self.open = True
 
@@ -240,8 +254,7 @@ class OpenTransaction:
         report = None if self.exactly_once else self.delivery_report
         try:
             if not self.open and self.exactly_once:
-                self.producer.begin_transaction()
-                self.open = True
+                self.begin()
             if headers is None:
                 self.producer.produce(topic, value, key, partition, report)
             else:
@@ -322,7 +335,7 @@ class OpenTransaction:
         self.failure = None
         self.delivery_errors = []
         if abort_timeout_s is not None:
-            _abort_quietly(self.producer, abort_timeout_s)
+            self.abort_unfinished = not _abort_quietly(self.producer, abort_timeout_s)
 
 
 def _typed_failure(operation: str, exc: BaseException, *, eos: bool) -> KafkaClientError:
@@ -553,8 +566,13 @@ def _drop(stores: Sequence[StoreTopic]) -> None:
         entry.store.drop_pending()
 
 
-def _abort_quietly(producer: TransactionalProducer, timeout_s: float) -> None:
+def _abort_quietly(producer: TransactionalProducer, timeout_s: float) -> bool:
+    """``abort_transaction``, a failure logged, not raised; ``False``: it timed out (or
+    failed retriably) and must be called again to finish."""
     try:
         producer.abort_transaction(timeout_s)
     except Exception as exc:  # noqa: BLE001 - the commit's own error is what the caller sees
         logger.warning("abort_transaction failed after a failed commit: %s", exc)
+        error = _error_of(exc)
+        return error is None or not error.retriable()
+    return True

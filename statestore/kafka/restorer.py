@@ -11,7 +11,9 @@ between the two the restorer thread alone touches that task's RocksDB:
    on the restorer's few open threads, plan
    (:func:`~statestore.kafka.restore.plan_broker_restore`) and wipe what must
    be rebuilt there; each task's engines are touched by one open thread until
-   its open is done;
+   its open is done.  Watermarks that cannot be read for a reason that may
+   heal (a broker restarting, a leader moving: anything but a missing right)
+   are read again every half second, up to the restore timeout;
 2. as soon as a task's stores are open, its partitions join the replay (the
    others are still opening meanwhile): every partition being restored is
    replayed at once with one consumer
@@ -62,6 +64,9 @@ from statestore.stores.restore import StateRestoreListener
 __all__ = ["RestoredTask", "Restorer", "TaskRestored"]
 
 logger = logging.getLogger(__name__)
+
+_RETRY_BACKOFF_S = 0.5
+"""Wait before reading a task's watermarks again after a failure that may heal."""
 
 _OPEN_THREADS = 4
 """Store partitions opened at once (RocksDB's open waits on file syncs, so a few overlap)."""
@@ -155,6 +160,10 @@ class Restorer:
             max_workers=_OPEN_THREADS, thread_name_prefix="restore-open"
         )
         self._by_replay: dict[tuple[str, int], int] = {}
+        self._retry_at: dict[int, float] = {}
+        """Tasks whose watermarks could not be read yet, and when to try again."""
+        self._first_try: dict[int, float] = {}
+        self._stall_timeout_s = stall_timeout_s
         self._thread = threading.Thread(target=self._run, name="statestore-restorer", daemon=True)
         self._crashed: BaseException | None = None
         self._closed = False
@@ -233,6 +242,7 @@ class Restorer:
     def _run(self) -> None:
         try:
             while self._serve_commands():
+                self._start_retries()
                 self._replay_opened()
                 if self._session.active:
                     self._step()
@@ -269,8 +279,10 @@ class Restorer:
 
     def _start(self, partitions: list[int]) -> None:
         """Step 1 for ``partitions``: the watermarks, then the opens on the pool."""
+        now = time.monotonic()
         for p in partitions:
             self._restoring[p] = _Restoring(p)
+            self._first_try.setdefault(p, now)
         try:
             marks = {
                 name: watermarks(self._admin, info.name, partitions)
@@ -278,10 +290,27 @@ class Restorer:
             }
         except KafkaClientError as exc:
             for p in partitions:
-                self._fail(p, exc)
+                if _retriable(exc) and now - self._first_try[p] < self._stall_timeout_s:
+                    # a broker restarting or a leader moving: metadata catches up
+                    logger.info("task %s: %s; trying again", p, exc)
+                    del self._restoring[p]
+                    self._retry_at[p] = now + _RETRY_BACKOFF_S
+                else:
+                    self._fail(p, exc)
             return
         for p in partitions:
             self._opening[p] = self._pool.submit(self._open, self._restoring[p], marks)
+
+    def _start_retries(self) -> None:
+        """Step 1 again for the tasks whose watermarks could not be read, once their wait is over."""
+        if not self._retry_at:
+            return
+        now = time.monotonic()
+        due = sorted(p for p, at in self._retry_at.items() if at <= now)
+        for p in due:
+            del self._retry_at[p]
+        if due:
+            self._start(due)
 
     def _replay_opened(self) -> None:
         """Step 2 for the tasks whose stores are open: their partitions join the session.
@@ -377,6 +406,7 @@ class Restorer:
         if restoring.left:
             return
         del self._restoring[replay.partition]
+        self._first_try.pop(replay.partition, None)
         seconds = time.perf_counter() - restoring.started
         reports = [
             TaskRestored(
@@ -396,6 +426,7 @@ class Restorer:
         )
 
     def _fail(self, partition: int, error: BaseException) -> None:
+        self._first_try.pop(partition, None)
         restoring = self._restoring.pop(partition, None)
         if restoring is not None:
             self._forget(restoring)
@@ -403,6 +434,8 @@ class Restorer:
         self._done.put(RestoredTask(partition=partition, engines={}, reports=(), error=error))
 
     def _cancel(self, partition: int) -> None:
+        self._retry_at.pop(partition, None)
+        self._first_try.pop(partition, None)
         opening = self._opening.pop(partition, None)
         if opening is not None:
             # the open thread owns the task's engines until it is done: wait for it
@@ -417,3 +450,8 @@ class Restorer:
         for key in restoring.replays:
             self._by_replay.pop(key, None)
         restoring.close()
+
+
+def _retriable(error: KafkaClientError) -> bool:
+    """Whether a failure to read watermarks may heal (anything but a missing right)."""
+    return "AUTHORIZATION" not in error.code and "AUTHENTICATION" not in error.code

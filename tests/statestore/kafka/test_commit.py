@@ -224,3 +224,34 @@ def test_a_fatal_send_is_reported_by_its_cause() -> None:
     transaction.send("out", b"k2", b"v2")
     assert isinstance(transaction.failure, ProducerFencedError)
     assert transaction.failure.code == "_FENCED" and not transaction.open
+
+
+def test_an_abort_that_timed_out_is_resumed_before_the_next_transaction(
+    store: TaskStore[str, int],
+) -> None:
+    # A broker that went away during a commit: the abort times out ("retry call to
+    # resume"), and librdkafka refuses begin_transaction until that abort is called again.
+    producer = FakeProducer()
+    transaction = OpenTransaction(producer, guarantee="exactly_once_v2", known_topics=["out"])
+
+    def commit() -> Any:
+        return commit_tasks(
+            transaction,
+            stores=[StoreTopic(store=store, topic=TOPIC, topic_id="topic-id-1")],
+            offsets=[TopicPartition("in", 3, 42)],
+            group_metadata=lambda: "group-metadata",
+            commit_offsets=lambda tps: None,
+            timeout_s=5,
+        )
+
+    store.store.put("a", 1)
+    producer.fail["send_offsets"] = kafka_exception(KafkaError._TRANSPORT, abortable=True)
+    producer.fail["abort"] = kafka_exception(KafkaError._TIMED_OUT, retriable=True)
+    with pytest.raises(TransactionAbortedError):
+        commit()
+    assert transaction.abort_unfinished and store.store.get("a") is None
+    calls = len(producer.calls)
+    store.store.put("a", 2)
+    commit()
+    assert producer.calls[calls : calls + 2] == ["abort", "begin"]
+    assert not transaction.abort_unfinished and store.store.get("a") == 2
