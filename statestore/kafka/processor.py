@@ -81,6 +81,7 @@ from statestore.kafka.handlers import (
     log_and_fail,
 )
 from statestore.kafka.query import InteractiveQueries, KeyQueryMetadata, QueryResult
+from statestore.kafka.rates import SampledStat
 from statestore.kafka.restore import RESTORE_CONSUMER_SETTINGS, applied_meta
 from statestore.kafka.restorer import RestoredTask, Restorer, TaskRestored
 from statestore.kafka.standby import StandbyTasks, group_owners, standby_partitions
@@ -249,6 +250,8 @@ class Processor:
         """Exceptions ``process()`` raised (each abandoned the open transaction)."""
         self.processed_records = 0
         """Input records processed (a record replayed after a rewind counts again)."""
+        self._process_stat = SampledStat()
+        self._commit_stat = SampledStat()
         self._fatal: BaseException | None = None
         self._abandoned = False
         self._ever_assigned = False
@@ -710,6 +713,8 @@ class Processor:
             processed += 1
         self._processed_since_commit += processed
         self.processed_records += processed
+        if processed:
+            self._process_stat.record(processed, processed)
         if self._standby is not None:
             self._tend_standbys()
         self._tend_queries()
@@ -842,6 +847,7 @@ class Processor:
                     if offset >= task.committed.get(topic, 0)
                 }
         self.commits += 1
+        self._commit_stat.record(result.seconds * 1000)
         if self._on_commit is not None:
             self._on_commit(result)
         return result
@@ -1029,12 +1035,26 @@ class Processor:
         after a rewind counts again), ``processing-errors-total`` (exceptions ``process()``
         raised), ``dropped-records-total`` (records the handler skipped),
         ``task-states`` (partition -> state) and ``standby-lag`` (as
-        :meth:`standby_lag`).  Between polls, on the processor's thread.
+        :meth:`standby_lag`); over Kafka's sample windows (2 x 30 s,
+        :mod:`statestore.kafka.rates`): ``process-rate`` (records a second),
+        ``commit-rate`` (commits a second), ``commit-latency-avg`` /
+        ``commit-latency-max`` (ms, successful commits); the restore's progress
+        (KIP-869's names): ``restore-total`` (changelog records restored since
+        the start) and ``restore-remaining-records-total`` (records between the
+        restoring partitions' positions and their end offsets).  Between polls,
+        on the processor's thread.
         """
+        restored, remaining = (0, 0) if self._restorer is None else self._restorer.progress()
         return {
             "commit-total": self.commits,
             "commit-failed-total": self.aborted,
+            "commit-rate": self._commit_stat.rate(),
+            "commit-latency-avg": self._commit_stat.avg(),
+            "commit-latency-max": self._commit_stat.max(),
             "process-total": self.processed_records,
+            "process-rate": self._process_stat.rate(),
+            "restore-total": restored,
+            "restore-remaining-records-total": remaining,
             "processing-errors-total": self.processing_errors,
             "dropped-records-total": self.dropped_records,
             "task-states": {p: state.value for p, state in self.tasks.items()},

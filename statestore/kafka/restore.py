@@ -249,6 +249,7 @@ class RestoreSession:
         self._clock = clock
         self._active: dict[tuple[str, int], PartitionReplay] = {}
         self._known_topics: set[str] = set()
+        self._restored_total = 0
 
     @property
     def active(self) -> int:
@@ -278,6 +279,15 @@ class RestoreSession:
             self._know_topics({tp.topic for tp in assign})
             self._consumer.incremental_assign(assign)
         return finished
+
+    def progress(self) -> tuple[int, int]:
+        """``(records written to RocksDB so far, offsets left to the end offsets)``.
+
+        Safe from another thread (a snapshot of the partitions being replayed).
+        """
+        replays = list(self._active.values())
+        remaining = sum(max(0, r.end_offset - r.position) for r in replays)
+        return self._restored_total, remaining
 
     def _know_topics(self, topics: set[str]) -> None:
         """Ask the consumer for the metadata of topics it has not assigned yet, before assigning.
@@ -427,6 +437,7 @@ class RestoreSession:
         count = len(replay.pending)
         replay.engine.write(replay.pending, replay.last_offset + 1)
         replay.restored += count
+        self._restored_total += count
         replay.pending = []
         replay.pending_bytes = 0
         if self._listener is not None:
@@ -443,6 +454,7 @@ class RestoreSession:
             meta=applied_meta(replay.topic_id, self._wall_clock_ms()),
         )
         replay.restored += count
+        self._restored_total += count
         replay.pending = []
         replay.pending_bytes = 0
         if self._listener is not None:

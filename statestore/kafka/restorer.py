@@ -192,6 +192,15 @@ class Restorer:
                 f"the restorer did not answer in {timeout_s}s",
             )
 
+    def progress(self) -> tuple[int, int]:
+        """``(records restored since the start, records left to restore now)`` (any thread).
+
+        The records left are those between each restoring partition's position
+        and its end offset (markers included); partitions still opening count
+        once they join the replay.
+        """
+        return self._session.progress()
+
     def take(self) -> list[RestoredTask]:
         """The tasks finished (or failed) since the last call."""
         self._check()

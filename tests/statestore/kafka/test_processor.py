@@ -278,3 +278,23 @@ def test_client_overrides_reach_every_client_and_stay_out_of_the_repr(tmp_path: 
     processor.close()
     assert len(seen) == 4  # admin, restore consumer, producer, main consumer
     assert all(s["sasl.password"] == "s3cret" for s in seen)
+
+
+def test_metrics_give_rates_commit_latency_and_restore_progress(tmp_path: Path) -> None:
+    cluster = _cluster(20)
+    with _processor(cluster, tmp_path / "first") as processor:
+        _until_running(processor)
+        processor.poll_once(0.01)
+        processor.commit()
+        metrics = processor.metrics()
+    assert metrics["process-total"] == 20 and metrics["commit-total"] == 1
+    assert metrics["process-rate"] > 0 and metrics["commit-rate"] > 0
+    assert 0 < metrics["commit-latency-avg"] <= metrics["commit-latency-max"]
+    assert metrics["restore-total"] == 0 == metrics["restore-remaining-records-total"]
+    with _processor(cluster, tmp_path / "second") as processor:
+        _until_running(processor)
+        metrics = processor.metrics()
+    # four keys over two partitions, one changelog record each
+    assert metrics["restore-total"] == 4 and metrics["restore-remaining-records-total"] == 0
+    assert metrics["task-states"] == {0: "running", 1: "running"}
+    assert metrics["commit-latency-max"] == 0.0, "no commit in this process"
