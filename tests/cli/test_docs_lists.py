@@ -1,4 +1,5 @@
-"""Every page that lists the CLI's commands lists all of them (held to the parser)."""
+"""Every page that lists the CLI's commands lists all of them, and every ``statestore ...``
+that README.md and docs/*.md quote exists with its flags (held to the parser)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from statestore.cli.app import build_parser
+from tests.test_docs_commands import all_quoted, check_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,3 +55,41 @@ def test_the_readme_lists_every_command() -> None:
     line = line[: line.index(")", line.index("repair"))]
     for name in COMMANDS:
         assert name in line, name
+
+
+QUOTED = all_quoted("statestore")
+
+
+def test_the_docs_quote_the_cli() -> None:
+    assert len([args for _where, args in QUOTED if len(args) > 1]) >= 30
+
+
+def check_command(command: list[str], where: str) -> None:
+    """``command``'s (sub)commands exist and each has the flags given after it."""
+    parser = build_parser()
+    args = command[1:]
+    for i, arg in enumerate(args):
+        choices = subcommands(parser)
+        if "..." in arg:
+            break  # "statestore repair ... --apply": any remedy
+        if arg.startswith("-"):
+            check_flags(parser, args[i:], where)
+            flag = arg.partition("=")[0]
+            assert flag in parser._option_string_actions, f"{where}: {parser.prog} has no {flag}"
+        elif choices:
+            assert arg in choices, f"{where}: {parser.prog} has no command {arg}"
+            parser = choices[arg]
+
+
+def test_the_command_check_can_fail() -> None:
+    check_command(["statestore", "repair", "truncate", "P", "--offset", "3", "--apply"], "ok")
+    with pytest.raises(AssertionError, match="has no command nosuch"):
+        check_command(["statestore", "nosuch"], "here")
+    with pytest.raises(AssertionError, match="has no --nosuch"):
+        check_command(["statestore", "repair", "salvage", "P", "--nosuch"], "here")
+
+
+@pytest.mark.parametrize(("where", "command"), QUOTED, ids=str)
+def test_each_quoted_command_has_its_subcommand_and_flags(where: str, command: list[str]) -> None:
+    """Every ``statestore ...`` the docs quote names commands that exist, with their flags."""
+    check_command(command, where)
