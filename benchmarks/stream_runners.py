@@ -86,7 +86,12 @@ CONSUMER = {
 
 def run_statestore(args: dict[str, Any]) -> dict[str, Any]:
     """statestore's :class:`~statestore.kafka.Processor` with one store of running sums."""
-    from statestore.kafka import KafkaStoreSpec, Processor, ProcessorConfig  # noqa: PLC0415
+    from statestore.kafka import (  # noqa: PLC0415
+        KafkaClientError,
+        KafkaStoreSpec,
+        Processor,
+        ProcessorConfig,
+    )
     from statestore.serdes import BytesSerde, IntSerde  # noqa: PLC0415
 
     events = int(args["events"])
@@ -123,7 +128,14 @@ def run_statestore(args: dict[str, Any]) -> dict[str, Any]:
     before = 0
     try:
         while processor.processed_records < events:
-            processor.poll_once(0.1)
+            try:
+                processor.poll_once(0.1)
+            except KafkaClientError as exc:
+                if clock.started is not None:
+                    raise
+                # A restore that failed before the timing starts (a new changelog topic
+                # whose leader is not known yet): the task is restored again.
+                print(f"restore retried: {exc}", file=sys.stderr)
             if clock.started is None and len(processor.assignment) == partitions:
                 # every task restored and running: the steady state starts here
                 clock.start()
