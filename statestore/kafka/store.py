@@ -57,7 +57,6 @@ from changelog.record.control import ControlRecordType
 from statestore.config import RocksDBConfig
 from statestore.errors import (
     InvalidStateStoreError,
-    InvalidStoreConfigError,
     StateStoreError,
     StoreEngineError,
     UnsupportedStoreOperationError,
@@ -119,18 +118,10 @@ class KafkaStoreSpec:
         default=None,
         validator=attrs.validators.optional(attrs.validators.instance_of(TimeSettings)),
     )
-    """The store in time this is (``None``: a key-value store).  Not a TTL store: TTL is
-    enforced by the local changelog's cleaner, which a broker topic does not have
-    (:class:`~statestore.errors.InvalidStoreConfigError`)."""
-
-    @time.validator
-    def _no_ttl(self, attribute: attrs.Attribute[TimeSettings | None], value: Any) -> None:
-        if value is not None and value.ttl is not None:
-            raise InvalidStoreConfigError(
-                attribute.name,
-                value.ttl,
-                "TTL stores run in local mode (the broker's cleaner does not expire by TTL)",
-            )
+    """The store in time this is (``None``: a key-value store).  A TTL store
+    (:meth:`ttl`) expires as in local mode, except that the broker's cleaner knows no TTL:
+    expired values leave the topic by the sweep's tombstones, and a restore or a standby
+    applies a value that has expired as a delete (:meth:`expiry_cutoff_ms`)."""
 
     @classmethod
     def timestamped(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from statestore import TimeSettings
-from statestore.errors import InvalidStoreConfigError, UnsupportedStoreOperationError
+from statestore.errors import UnsupportedStoreOperationError
 from statestore.kafka import (
     ChangelogTopicConfig,
     ChangelogTopicMismatchError,
@@ -127,8 +127,12 @@ def test_interactive_queries_refuse_a_store_in_time(tmp_path: Path) -> None:
     assert (refused.value.store, refused.value.operation) == ("w", "query")
 
 
-def test_a_ttl_store_is_refused_in_distributed_mode() -> None:
-    settings = TimeSettings.timestamped_key_value(ttl=TtlSettings(ttl_ms=60_000))
-    with pytest.raises(InvalidStoreConfigError) as refused:
-        KafkaStoreSpec(name="profiles", time=settings)
-    assert refused.value.setting == "time"
+def test_a_ttl_store_restores_with_the_local_expiry_rule() -> None:
+    """A TTL store runs in distributed mode: its topic is a key-value store's, and the broker
+    restore and the standbys get the local rule's cutoff (tests/kafka/cluster/test_ttl_store.py
+    shows no expired value comes back from a broker restore)."""
+    spec = KafkaStoreSpec.ttl("profiles", ttl=TtlSettings(ttl_ms=60_000))
+    assert spec.time == TimeSettings.timestamped_key_value(ttl=TtlSettings(ttl_ms=60_000))
+    assert spec.expiry_cutoff_ms(1_000_000) == 1_000_000 - 60_000
+    assert KafkaStoreSpec.timestamped("seen").expiry_cutoff_ms(1_000_000) is None
+    assert CONFIG.topic_configs(spec.time) == CONFIG.topic_configs()
