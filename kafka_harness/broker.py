@@ -84,6 +84,7 @@ class KafkaBroker:
         *,
         jvm_opts: Sequence[str] = BROKER_JVM_OPTS,
         sasl_users: Mapping[str, str] | None = None,
+        ssl_keystore: tuple[Path, str] | None = None,
     ) -> None:
         self.dist = dist
         self.sasl_users = dict(sasl_users or {})
@@ -91,6 +92,11 @@ class KafkaBroker:
         beside ``PLAINTEXT`` (:attr:`sasl_bootstrap_servers`); the ``PLAINTEXT`` and controller
         listeners keep the ``User:ANONYMOUS`` principal."""
         self.sasl_port = 0
+        self.ssl_keystore = ssl_keystore
+        """A PKCS12 keystore (path, password) holding the broker's key and certificate: if
+        given, an ``SSL`` listener (TLS, no client authentication) is added beside
+        ``PLAINTEXT`` (:attr:`ssl_bootstrap_servers`)."""
+        self.ssl_port = 0
         self.jvm_opts = tuple(jvm_opts)
         """JVM options of the broker (default: C1 only and a small heap, for short tests)."""
         self.work_dir = work_dir
@@ -117,6 +123,13 @@ class KafkaBroker:
         if self._proc is None or not self.sasl_users:
             raise KafkaRuntimeError("the broker is not running with a SASL listener")
         return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>`` of the running broker's ``SSL`` listener."""
+        if self._proc is None or self.ssl_keystore is None:
+            raise KafkaRuntimeError("the broker is not running with an SSL listener")
+        return f"127.0.0.1:{self.ssl_port}"
 
     @property
     def pid(self) -> int:
@@ -178,6 +191,20 @@ class KafkaBroker:
             settings["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
             )
+        if self.ssl_keystore is not None:
+            if not (keep_ports and self.ssl_port):
+                self.ssl_port = free_port()
+                while self.ssl_port in (self.port, controller_port, self.sasl_port):
+                    self.ssl_port = free_port()
+            keystore, password = self.ssl_keystore
+            tls = f"SSL://127.0.0.1:{self.ssl_port}"
+            settings["listeners"] += f",{tls}"
+            settings["advertised.listeners"] += f",{tls}"
+            settings["listener.security.protocol.map"] += ",SSL:SSL"
+            settings["ssl.keystore.type"] = "PKCS12"
+            settings["ssl.keystore.location"] = str(keystore)
+            settings["ssl.keystore.password"] = password
+            settings["ssl.key.password"] = password
         settings.update(overrides)
         lines = [f"{key}={value}" for key, value in settings.items()]
         self.config_file.write_text("\n".join(lines) + "\n")
