@@ -1,0 +1,79 @@
+"""Tables of settings in docs/scale-out.md are held to the classes they describe.
+
+``ProcessorConfig``'s table lists one setting per row (two joined by `` / `` share a row) with
+its default; ``SecurityConfig``'s lists its fields (several joined by ``, `` share a row).  The
+names must equal the attrs fields, and a plain default (a number, a boolean, a string,
+``None``, ``()``) must equal the field's.  (docs/configuration.md's tables are held by
+tests/test_docs_consistency.py.)
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import attrs
+
+from statestore.kafka.config import ProcessorConfig
+from statestore.kafka.security import SecurityConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "scale-out.md"
+
+
+def table_after(text: str, marker: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first table after ``marker``, header and rule left out."""
+    rows = []
+    lines = text[text.index(marker) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def names(cell: str) -> list[str]:
+    return re.findall(r"`(\w+)`", cell)
+
+
+def plain(cell: str) -> object:
+    """A default cell as a Python value, or ``...`` when it is not a plain literal."""
+    value = cell.strip("`")
+    if value in {"required"}:
+        return attrs.NOTHING
+    if re.fullmatch(r"\d+", value):
+        return int(value)
+    if value in {"None", "False", "True", "()"}:
+        return ast.literal_eval(value)
+    if re.fullmatch(r"[a-z_0-9]+", value):
+        return value
+    return ...
+
+
+def test_processor_config_table_is_the_class() -> None:
+    rows = table_after(PAGE.read_text(encoding="utf-8"), "`ProcessorConfig` (frozen attrs")
+    documented: dict[str, object] = {}
+    for row in rows:
+        fields, defaults = names(row[0]), row[1].split(" / ")
+        for i, field in enumerate(fields):
+            documented[field] = plain(defaults[i] if len(defaults) == len(fields) else row[1])
+    fields = {f.name: f.default for f in attrs.fields(ProcessorConfig)}
+    assert sorted(documented) == sorted(fields)
+    for name, default in documented.items():
+        if default is not ... and not isinstance(fields[name], attrs.Factory):
+            assert default == fields[name], name
+
+
+def test_security_config_table_is_the_class() -> None:
+    rows = table_after(PAGE.read_text(encoding="utf-8"), "| `SecurityConfig` field")
+    documented = sorted(name for row in rows for name in names(row[0]))
+    assert documented == sorted(f.name for f in attrs.fields(SecurityConfig))
+
+
+def test_the_table_reader_can_fail() -> None:
+    text = "`ProcessorConfig` (frozen attrs\n\n| a | b | c |\n|---|---|---|\n| `x` | 1 | y |\n"
+    assert table_after(text, "`ProcessorConfig` (frozen attrs") == [["`x`", "1", "y"]]
+    assert plain("`10000`") == 10_000
+    assert plain("`ChangelogTopicConfig()`") is ...
