@@ -77,3 +77,22 @@ def test_the_table_reader_can_fail() -> None:
     assert table_after(text, "`ProcessorConfig` (frozen attrs") == [["`x`", "1", "y"]]
     assert plain("`10000`") == 10_000
     assert plain("`ChangelogTopicConfig()`") is ...
+
+
+def test_the_readme_and_the_quickstart_show_the_same_example() -> None:
+    """The 20-line example appears twice; tests/examples/test_quickstart.py checks its output."""
+
+    def block(page: Path) -> str:
+        (code,) = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+        return code
+
+    assert block(ROOT / "README.md") == block(ROOT / "docs" / "quickstart.md")
+
+
+def test_the_readme_and_the_docs_home_link_every_page_of_the_site() -> None:
+    nav = set(re.findall(r":\s*([\w-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    assert len(nav) >= 15
+    home = set(re.findall(r"\]\(([\w-]+\.md)", (ROOT / "docs" / "index.md").read_text()))
+    readme = set(re.findall(r"\]\(docs/([\w-]+\.md)", (ROOT / "README.md").read_text()))
+    assert nav - {"index.md"} == home, sorted(nav - {"index.md"} ^ home)
+    assert nav - {"index.md"} <= readme, sorted(nav - {"index.md"} - readme)
