@@ -96,3 +96,22 @@ def test_the_readme_and_the_docs_home_link_every_page_of_the_site() -> None:
     readme = set(re.findall(r"\]\(docs/([\w-]+\.md)", (ROOT / "README.md").read_text()))
     assert nav - {"index.md"} == home, sorted(nav - {"index.md"} ^ home)
     assert nav - {"index.md"} <= readme, sorted(nav - {"index.md"} - readme)
+
+
+HISTORY = re.compile(
+    r"\bissues? ?#?\d+\b|\bengineers?\b|\bmy (run|machine|test)s?\b|\bround \d+\b"
+    r"|\bthis session\b|research notes|\bPR ?#\d+",
+    re.I,
+)
+
+
+def test_the_docs_describe_the_product_not_its_history() -> None:
+    """No issue numbers, rounds, sessions or people: README and docs speak in product voice."""
+    assert HISTORY.search("as found in round 2 by issue #27")
+    found = [
+        f"{page.name}:{number}: {match.group(0)}"
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for match in HISTORY.finditer(line)
+    ]
+    assert not found, found
