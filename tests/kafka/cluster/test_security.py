@@ -12,6 +12,8 @@ The ACLs are granted by ``User:admin`` over SASL with the admin client.
   describe them), its transactional id or its group: the start fails with
   :class:`AuthorizationFailedError`, nothing is written (the topic list and the
   topics' end offsets unchanged where the refusal comes before ``init_transactions``).
+* ``User:sam`` authenticates with SCRAM-SHA-256 (its credential made with the
+  admin client), has the same ACLs as alice, and runs exactly once end to end.
 * No password appears in the captured logs (Python's and librdkafka's
   stderr), in the errors, or in the configs' reprs.
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -43,6 +45,7 @@ from tests.kafka.cluster.conftest import BROKER_OVERRIDES
 from tests.kafka.cluster.oracle import PARTITIONS, App, run_until
 
 SECRETS = {"admin": "adm1n-S3cret", "alice": "al1ce-S3cret", "mallory": "mall0ry-S3cret"}
+SCRAM_SECRETS = {"sam": "s4m-Scr4m-S3cret"}
 
 
 def _security(user: str) -> SecurityConfig:
@@ -69,6 +72,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
                     "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
                 ),
                 "super.users": "User:admin;User:ANONYMOUS",
+                # SCRAM beside PLAIN on the SASL listener; credentials are made at run time
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                ),
             }
         )
         yield broker
@@ -276,3 +284,60 @@ def test_a_principal_without_its_group_is_refused_at_start(
     assert _ends(secured.bootstrap_servers, [app.output]) == ends_before, "something was written"
     captured = capfd.readouterr()
     _no_secret(str(refused.value), captured.out, captured.err)
+
+
+def test_a_scram_principal_runs_exactly_once_end_to_end(
+    secured: KafkaBroker,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from confluent_kafka.admin import (  # noqa: PLC0415
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    upsert = UserScramCredentialUpsertion(
+        "sam",
+        ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+        SCRAM_SECRETS["sam"].encode(),
+    )
+    admin = _admin(secured)  # kept: a destroyed handle fails its pending futures
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=60)
+    app = App(secured.bootstrap_servers, "sec-scram")
+    _grant(secured, "sam", app)
+    app.feed(200)
+    security = SecurityConfig(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="sam",
+        sasl_password=SCRAM_SECRETS["sam"],
+    )
+    config: dict[str, Any] = {
+        "bootstrap_servers": secured.sasl_bootstrap_servers,
+        "security": security,
+    }
+    deadline = time.monotonic() + 30  # the credential reaches the listener's cache
+    while True:
+        probe = AdminClient(
+            {"bootstrap.servers": secured.sasl_bootstrap_servers, **security.client_settings()}
+        )
+        try:
+            probe.list_topics(timeout=5)
+            break
+        except KafkaException:
+            assert time.monotonic() < deadline, "the SCRAM credential never worked"
+    with caplog.at_level(logging.DEBUG):
+        with app.processor(tmp_path, **config) as processor:
+            run_until(
+                lambda: processor.poll_once(0.1),
+                lambda: len(processor.assignment) == PARTITIONS and app.committed_end(),
+            )
+            processor.commit()
+        app.check()
+        assert processor.commits >= 1
+    captured = capfd.readouterr()
+    for text in (caplog.text, captured.out, captured.err):
+        assert SCRAM_SECRETS["sam"] not in text, "sam's password leaked"
