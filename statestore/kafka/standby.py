@@ -202,6 +202,8 @@ class StandbyTasks:
             return
         self._partitions.discard(p)
         for name in self._topics:
+            if (name, p) in self._engines and (name, p) not in self._fresh:
+                self._mark((name, p))  # caught up since the last poll: say so before closing
             self._fresh.discard((name, p))
             engine = self._engines.pop((name, p), None)
             if engine is not None:
@@ -269,20 +271,25 @@ class StandbyTasks:
         standby would never record an applied time, and its failover would
         rebuild it as stale.
         """
+        for key in list(self._engines):
+            if key not in written and key not in self._fresh:
+                self._mark(key)
+
+    def _mark(self, key: tuple[str, int]) -> None:
+        """:meth:`_mark_caught_up` for one standby (``(store, partition)``)."""
         from confluent_kafka import TopicPartition  # noqa: PLC0415
 
-        for (name, p), engine in self._engines.items():
-            if (name, p) in written or (name, p) in self._fresh:
-                continue
-            topic = self._topics[name]
-            tp = TopicPartition(topic.name, p)
-            position = self._consumer.position([tp])[0].offset
-            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            if high is None or high < 0 or position is None or position < high:
-                continue
-            applied = max(engine.applied_offset() or 0, position)
-            engine.write([], applied, meta=applied_meta(topic.topic_id, self._wall_clock_ms()))
-            self._fresh.add((name, p))
+        name, p = key
+        engine = self._engines[key]
+        topic = self._topics[name]
+        tp = TopicPartition(topic.name, p)
+        position = self._consumer.position([tp])[0].offset
+        _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+        if high is None or high < 0 or position is None or position < high:
+            return
+        applied = max(engine.applied_offset() or 0, position)
+        engine.write([], applied, meta=applied_meta(topic.topic_id, self._wall_clock_ms()))
+        self._fresh.add(key)
 
     def close(self) -> None:
         """Close every standby and the consumer."""
