@@ -6,8 +6,12 @@ A failure names the page and the line of the block's opening fence.
 
 A block that cannot run on its own says so where a reader sees it: its first line is a
 comment ``# Fragment (not run): <reason>``.  Those are few, each with its reason; the test
-checks that a fragment gives one.  A page's blocks that need a Kafka broker are marked as
-fragments and point to the example or test that runs the same code on a broker.
+checks that a fragment gives one.
+
+A block that needs a Kafka broker says so in its first line, ``# Needs a Kafka broker
+(BOOTSTRAP_SERVERS); topics: a, b``: it is left out here and run, on its own, by
+tests/kafka/cluster/test_docs_snippets.py against the kafka tier's broker, with those topics
+created first and ``BOOTSTRAP_SERVERS`` set.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FRAGMENT = re.compile(r"# Fragment \(not run\): (?P<reason>.*\S)")
+BROKER = re.compile(r"# Needs a Kafka broker \(BOOTSTRAP_SERVERS\); topics: (?P<topics>[\w., -]+)")
 FENCE = re.compile(r"^```(?P<info>\S*)\s*$")
 
 # Runs one page: reads [(line, code), ...] as JSON on stdin, executes each block in one
@@ -64,11 +69,31 @@ def is_fragment(code: str) -> bool:
     return first.startswith("# Fragment")
 
 
+def needs_broker(code: str) -> list[str] | None:
+    """The topics a broker block needs, or ``None`` for a block that needs no broker."""
+    found = BROKER.match(code.lstrip())
+    return None if found is None else [t.strip() for t in found.group("topics").split(",")]
+
+
+def broker_blocks() -> list[tuple[str, int, str, list[str]]]:
+    """``(page, line, code, topics)`` of every block that needs a broker."""
+    found = []
+    for page in PAGES:
+        for line, code in python_blocks(page.read_text(encoding="utf-8")):
+            topics = needs_broker(code)
+            if topics is not None:
+                found.append((str(page.relative_to(ROOT)), line, code, topics))
+    return found
+
+
 def runnable_pages() -> list[tuple[str, list[tuple[int, str]]]]:
+    """Each page's blocks that run here: neither fragments nor broker blocks."""
     pages = []
     for page in PAGES:
         blocks = [
-            b for b in python_blocks(page.read_text(encoding="utf-8")) if not is_fragment(b[1])
+            b
+            for b in python_blocks(page.read_text(encoding="utf-8"))
+            if not is_fragment(b[1]) and needs_broker(b[1]) is None
         ]
         if blocks:
             pages.append((str(page.relative_to(ROOT)), blocks))
@@ -76,9 +101,9 @@ def runnable_pages() -> list[tuple[str, list[tuple[int, str]]]]:
 
 
 def run_page(
-    blocks: list[tuple[int, str]], cwd: Path, timeout_s: float
+    blocks: list[tuple[int, str]], cwd: Path, timeout_s: float, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "error"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "error", **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", DRIVER],
         input=json.dumps(blocks),
@@ -128,3 +153,10 @@ def test_the_page_s_python_blocks_run_as_written(
     failed = re.search(r"FAILED-BLOCK (\d+)", done.stderr)
     where = f"{page}:{failed.group(1)}" if failed else page
     assert done.returncode == 0, f"the block at {where} failed:\n{done.stdout}{done.stderr}"
+
+
+def test_broker_blocks_say_their_topics() -> None:
+    code = "# Needs a Kafka broker (BOOTSTRAP_SERVERS); topics: in-a, out.b\nx = 1\n"
+    assert needs_broker(code) == ["in-a", "out.b"]
+    assert needs_broker("x = 1\n") is None
+    assert any(page == "docs/scale-out.md" for page, _line, _code, _topics in broker_blocks())
