@@ -269,6 +269,8 @@ def run_worker(
     exit_when_idle_s: float | None = None,
     standby_replicas: int = 0,
     static_membership: bool = False,
+    warmup_before_join: bool = False,
+    acceptable_recovery_lag: int = 10_000,
     group_protocol: Literal["consumer", "classic"] = "consumer",
 ) -> None:
     """One worker process: run the processor until SIGTERM (events as JSON lines on stdout).
@@ -349,6 +351,8 @@ def run_worker(
         transaction_timeout_ms=transaction_timeout_ms,
         num_standby_replicas=standby_replicas,
         static_membership=static_membership,
+        warmup_before_join=warmup_before_join,
+        acceptable_recovery_lag=acceptable_recovery_lag,
         group_protocol=group_protocol,
         changelog=ChangelogTopicConfig(
             delete_retention_ms=delete_retention_ms, staleness_margin_ms=staleness_margin_ms
@@ -412,6 +416,12 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--static-membership", action="store_true", help="group.instance.id = the instance"
     )
+    worker.add_argument(
+        "--warmup-before-join",
+        action="store_true",
+        help="warm standbys of every partition before joining the group (KIP-441's warm-up)",
+    )
+    worker.add_argument("--acceptable-recovery-lag", type=int, default=10_000)
     worker.add_argument("--group-protocol", choices=["consumer", "classic"], default="consumer")
     worker.add_argument("--transaction-timeout-ms", type=int, default=10_000)
     worker.add_argument("--delete-retention-ms", type=int, default=86_400_000)
@@ -449,6 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             transaction_timeout_ms=args.transaction_timeout_ms,
             standby_replicas=args.standby_replicas,
             static_membership=args.static_membership,
+            warmup_before_join=args.warmup_before_join,
+            acceptable_recovery_lag=args.acceptable_recovery_lag,
             group_protocol=args.group_protocol,
             delete_retention_ms=args.delete_retention_ms,
             staleness_margin_ms=args.staleness_margin_ms,

@@ -196,6 +196,16 @@ class ProcessorConfig:
     (placement derived from the group membership; see :mod:`statestore.kafka.standby`)."""
     standby_refresh_ms: int = attrs.field(default=2000, validator=_at_least(100))
     """How often the group membership is read to place standbys."""
+    warmup_before_join: bool = attrs.field(default=False)
+    """KIP-441's warm-up as far as librdkafka allows (its assignors cannot be told where state
+    is warm): before joining the group, keep a standby of every partition until each is within
+    ``acceptable_recovery_lag`` of its changelog's end (or ``warmup_timeout_ms`` passed), so
+    the partitions the group then hands this member restore only a tail."""
+    acceptable_recovery_lag: int = attrs.field(default=10_000, validator=_at_least(0))
+    """``acceptable.recovery.lag``: offsets behind the changelog's end at which a warm-up
+    counts a standby as caught up."""
+    warmup_timeout_ms: int = attrs.field(default=600_000, validator=_at_least(1))
+    """How long a warm-up may take before the member joins anyway."""
     application_server: str | None = attrs.field(default=None, validator=_endpoint)
     """``application.server``: this instance's ``host:port`` for interactive queries, advertised
     to the other members in the main consumer's ``client.id``

@@ -390,7 +390,7 @@ class Processor:
             specs=self._specs,
         )
         self._restorer.start()
-        if config.num_standby_replicas > 0:
+        if config.num_standby_replicas > 0 or config.warmup_before_join:
             self._standby = StandbyTasks(
                 consumer=self._clients.consumer(
                     {
@@ -411,6 +411,8 @@ class Processor:
                 wall_clock_ms=self._wall_clock_ms,
                 specs=self._specs,
             )
+        if config.warmup_before_join:
+            self._warm_up()
         self._join()
         self._unreleased_until = time.monotonic() + config.static_rejoin_timeout_ms / 1000
         logger.info(
@@ -421,6 +423,39 @@ class Processor:
             ",".join(config.input_topics),
             config.processing_guarantee,
         )
+
+    def _warm_up(self) -> None:
+        """Before joining: standbys of every partition until each is within
+        ``acceptable_recovery_lag`` of its changelog's end, or ``warmup_timeout_ms``.
+
+        On the caller's thread, before the member exists (no poll interval to keep).  The
+        partitions the group then assigns here restore incrementally from these copies; the
+        others are closed by the standby placement once this member has its first assignment.
+        """
+        assert self._standby is not None
+        config = self._config
+        partitions = set(range(self._partitions))
+        self._standby.refresh(partitions)
+        started = time.monotonic()
+        deadline = started + config.warmup_timeout_ms / 1000
+        while True:
+            self._standby.poll(timeout_s=0.1)
+            lags = [self._standby.lag(name, p) for name in self._specs for p in partitions]
+            if all(lag is not None and lag <= config.acceptable_recovery_lag for lag in lags):
+                logger.info(
+                    "warm-up done in %.1fs: %s partitions within %s of their changelogs' end",
+                    time.monotonic() - started,
+                    len(partitions),
+                    config.acceptable_recovery_lag,
+                )
+                return
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "warm-up not done after %.0fs (lags %s): joining anyway",
+                    time.monotonic() - started,
+                    lags,
+                )
+                return
 
     def _join(self) -> None:
         """A new main consumer, subscribed (at start, and after an unreleased static id)."""
@@ -909,7 +944,12 @@ class Processor:
         """Re-place the standbys from the group membership now and then; apply their changelogs."""
         assert self._standby is not None
         now = time.monotonic()
-        if (now - self._standby_refreshed) * 1000 >= self._config.standby_refresh_ms:
+        # a warm-up's copies of every partition wait for the first assignment
+        warming = self._config.warmup_before_join and not self._ever_assigned
+        if (
+            not warming
+            and (now - self._standby_refreshed) * 1000 >= self._config.standby_refresh_ms
+        ):
             self._standby_refreshed = now
             try:
                 owners = group_owners(
