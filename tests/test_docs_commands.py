@@ -1,7 +1,7 @@
 """Every command README.md and docs/*.md quote exists, with the flags they give it.
 
 A quoted command is an inline code span that starts with it, or a line of a fenced block
-(a ``bash``/``sh``/``console`` block's lines; a ``text`` block's ``$ `` lines and its synopsis
+(a ``bash``/``sh``/``console`` or unlabelled block's lines; a ``text`` block's ``$ `` lines and its synopsis
 lines that start with ``statestore ``).  The command is cut at a pipe, ``;``, ``&&``, a
 redirection, a comment or a run of two spaces (a synopsis' description column).
 
@@ -33,7 +33,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 STARTS = re.compile(
-    r"(?:\$ )?(?:\S*python3? -m (?P<module>statestore|benchmarks\.\w+)|(?P<prog>statestore|\./dev))"
+    r"(?:\$ )?(?:[A-Z_]+=\S* )*(?:nice -n \d+ )?(?:\S*python3? -m (?P<module>statestore|benchmarks\.\w+)|(?P<prog>statestore|\./dev))"
     r"(?=\s|$)(?P<rest>.*)"
 )
 CUT = re.compile(r"\s\||;|&&|\s>|\s#|\s{2,}|\)\s*$")
@@ -60,7 +60,7 @@ def quoted_commands(text: str) -> Iterator[tuple[int, str, list[str]]]:
         candidates: list[str] = []
         if fence is None:
             candidates = re.findall(r"`([^`]+)`", line)
-        elif fence in {"bash", "sh", "shell", "console"}:
+        elif fence in {"bash", "sh", "shell", "console", ""}:
             candidates = [line.strip()]
         elif fence == "text" and (
             line.startswith("$ ") or re.match(r"statestore (--|[a-z][a-z-]*(\s|$))", line)
@@ -187,3 +187,22 @@ def test_each_quoted_benchmark_command_exists(
     module = command[0]
     assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), f"{where}: no {module}"
     check_flags(parser_of(module, monkeypatch), command[1:], where)
+
+
+PATH_IN_DOCS = re.compile(
+    r"\b(?:scripts|tests|benchmarks|examples|changelog|statestore|kafka_harness)/"
+    r"[A-Za-z0-9_./-]+\.(?:py|java|xml|json|md|sh)\b"
+)
+# Files the docs name that are the reader's, not the repository's.
+READERS_FILES = {"tests/test_counter_crash.py"}  # docs/testing.md: "your" test file
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    missing = [
+        f"{page.relative_to(ROOT)}:{number}: {path}"
+        for page in PAGES
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for path in PATH_IN_DOCS.findall(line)
+        if path not in READERS_FILES and not (ROOT / path).exists()
+    ]
+    assert not missing, missing
