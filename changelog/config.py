@@ -131,6 +131,20 @@ class LogConfig:
     """With ``roll_dirty_ratio``: the active segment never rolls by that rule below this
     size (the fixed allowance of a small log)."""
 
+    backpressure_dirty_ratio: float = attrs.field(default=0.0, validator=_ratio)
+    """Beyond Kafka: with a background cleaner, a commit waits (after it is durable, before
+    it returns) while the log's dirty tail (from the first dirty offset to the log end
+    offset) is larger than
+    ``backpressure_dirty_ratio * clean bytes + backpressure_min_bytes`` and the cleaner
+    can shrink it (rolled dirty segments below the cleaning barrier), so that a writer
+    faster than the cleaner is held to the cleaner's pace instead of growing what a
+    restore replays; a log whose last pass kept most of what it read (distinct keys) does
+    not wait (0: off, Kafka's behaviour; :meth:`changelog.CleanerService.pace`)."""
+
+    backpressure_min_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_at_least(0))
+    """With ``backpressure_dirty_ratio``: the dirty tail a log may always have (the fixed
+    allowance of a small log)."""
+
     segment_jitter_ms: int = attrs.field(default=0, validator=_at_least(0))
     """``segment.jitter.ms``: random amount subtracted from ``segment_ms`` per segment."""
 

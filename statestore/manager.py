@@ -192,19 +192,22 @@ class StateManager:
             self._dir_lock.acquire()
         except LogLockedError as exc:
             raise StateDirLockedError(exc.path, exc.holder) from exc
+        self._cleaner: CleanerService | None = None
+        if self._config.run_cleaner:  # started below, once the coordinator is open
+            self._cleaner = CleanerService(self._all_logs, self._config.cleaner, clock)
         try:
             with changelog_errors(store=None, partition=None, operation="open"):
                 self._coordinator = TransactionCoordinator.open(
-                    self._dir, clock=clock, fault_hook=fault_hook
+                    self._dir,
+                    clock=clock,
+                    fault_hook=fault_hook,
+                    after_commit=None if self._cleaner is None else self._cleaner.pace,
                 )
         except BaseException:
             self._dir_lock.release()
             raise
         self._coordinator.scopes.on_owner = self._own_writes
         self._cache = new_block_cache(self._config.block_cache_size_bytes)
-        self._cleaner: CleanerService | None = None
-        if self._config.run_cleaner:
-            self._cleaner = CleanerService(self._all_logs, self._config.cleaner, clock)
         level = self._config.metrics_recording_level
         self._metrics = None if level == "OFF" else MetricsRegistry(level=level)
         if self._metrics is not None and self._cleaner is not None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -358,12 +358,16 @@ class CleanerManager:
     def _key(log: CleanableLog) -> Path:
         return Path(log.dir)
 
-    def grab_filthiest_log(self, logs: Iterable[CleanableLog], now_ms: int) -> LogToClean | None:
+    def grab_filthiest_log(
+        self, logs: Iterable[CleanableLog], now_ms: int, *, urgent: Collection[Path] = ()
+    ) -> LogToClean | None:
         """Pick the due log to clean next and mark it in progress (``None``: nothing is due).
 
         Logs overdue by ``max_compaction_lag_ms`` or holding expired tombstones
-        qualify whatever their ratio; among all that qualify the filthiest
-        (highest dirty ratio) wins, ties going to the longest overdue.
+        qualify whatever their ratio, and so do the logs whose directory is in
+        ``urgent`` (a committer waits for them: backpressure) if they have any
+        dirty bytes; among all that qualify the filthiest (highest dirty ratio)
+        wins, ties going to the longest overdue.
         A log whose measurement fails is marked uncleanable and skipped.
         """
         with self._lock:
@@ -378,7 +382,7 @@ class CleanerManager:
                 if failure is not None and now_ms < failure.retry_at_ms:
                     continue
                 try:
-                    measured = log_to_clean(log, now_ms=now_ms)
+                    measured = log_to_clean(log, now_ms=now_ms, force=key in urgent)
                 except Exception as exc:  # noqa: BLE001 - one broken log must not stop the others
                     self._record_failure(key, f"{type(exc).__name__}: {exc}", now_ms)
                     _log.error("%s marked uncleanable while measuring: %s", _prefix(log), exc)
@@ -426,6 +430,12 @@ class CleanerManager:
         """Undo :meth:`pause`."""
         with self._lock:
             self._paused.discard(self._key(log))
+
+    def is_paused_or_failing(self, log: CleanableLog) -> bool:
+        """Whether ``log`` is paused or its last pass failed (nothing to wait for)."""
+        with self._lock:
+            key = self._key(log)
+            return key in self._paused or key in self._uncleanable
 
     def mark_uncleanable(self, log: CleanableLog, reason: str, *, now_ms: int = 0) -> int:
         """Record a failed pass over ``log`` (logged by the caller) and release it; the others go on.

@@ -18,7 +18,12 @@ module only decides when and where it runs (Kafka's ``LogCleaner`` and its
   for a log about to be truncated) aborts running passes: between batches in
   a thread, by killing the worker process (its ``.cleaned`` files are deleted);
 - a pass that fails marks its log uncleanable and logs why; the others go on, and the
-  log is retried after ``retry_backoff_ms``, doubling per failure up to ``retry_backoff_max_ms``.
+  log is retried after ``retry_backoff_ms``, doubling per failure up to ``retry_backoff_max_ms``;
+- backpressure (:meth:`CleanerService.pace`, called by a committer after each commit): a
+  log whose dirty tail outgrew ``backpressure_dirty_ratio * clean bytes +
+  backpressure_min_bytes`` is made due at once and the committer waits for a pass over it,
+  so that a writer faster than the cleaner goes at the cleaner's pace instead of growing
+  what a restore replays.
 
 Writers and the cleaner: a pass is CPU-bound Python (decode, hash, encode).
 In a thread it holds the GIL, and a writer that released it for an fsync
@@ -52,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import attrs
 
 from changelog.cleaner.clean import CleanerStats, clean, map_memory_bytes
-from changelog.cleaner.manager import CleanerManager
+from changelog.cleaner.manager import CleanerManager, cleanable_offsets, read_cleaner_checkpoint
 from changelog.cleaner.offset_map import OffsetMap
 from changelog.cleaner.stats import CleanerTotals
 from changelog.cleaner.throttle import Throttler
@@ -63,7 +68,14 @@ from changelog.errors import ChangelogError, CleanerAbortedError, CleanerService
 if TYPE_CHECKING:
     from changelog.log.log import Log
 
-__all__ = ["WORKER_NICENESS", "CleanerService", "Throttler", "WorkerMode", "clean_in_process"]
+__all__ = [
+    "PACE_MAX_WAIT_S",
+    "WORKER_NICENESS",
+    "CleanerService",
+    "Throttler",
+    "WorkerMode",
+    "clean_in_process",
+]
 # Throttler, clean_in_process and WORKER_NICENESS live in cleaner_throttle / cleaner_worker;
 # they are re-exported here, where callers have always found them.
 
@@ -79,12 +91,30 @@ often; this keeps that cheap."""
 ROLL_POLL_S: Final = 0.2
 """How often a backing-off worker looks for a rolled log (a few attribute reads per log)."""
 
+PACE_MAX_WAIT_S: Final = 60.0
+"""The longest one :meth:`CleanerService.pace` call waits; past it the commit returns with a
+warning (a stuck or failing cleaner must not stop writers for good)."""
+
 WorkerMode = Literal["process", "thread"]
 """Where a pass's CPU work runs: a child process per pass (default) or the worker thread."""
 
 
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _kept_share(log: Log, clean_before: int, stats: CleanerStats) -> float | None:
+    """The share of the dirty bytes a pass kept: the growth of the clean part over the dirty
+    bytes it indexed, within 0 and 1 (``None`` when it indexed nothing)."""
+    if stats.map_bytes_read <= 0:
+        return None
+    with log.lock:
+        clean_after = sum(
+            segment.size_bytes
+            for segment in log.segments
+            if segment.base_offset < stats.end_offset and segment is not log.active_segment
+        )
+    return min(1.0, max(0.0, (clean_after - clean_before) / stats.map_bytes_read))
 
 
 class CleanerService:
@@ -103,7 +133,9 @@ class CleanerService:
     set); a log in ``_aborting`` is paused in the manager until :meth:`resume`.
 
     Thread-safety: thread-safe.  ``_lock`` guards ``_threads``, ``_state``,
-    ``_aborting``, ``_history``, ``_totals`` and ``_last_stats``; the :class:`CleanerManager` has its own lock.
+    ``_aborting``, ``_history``, ``_totals``, ``_last_stats``, ``_first_dirty``, ``_urgent``
+    and ``_passes``; ``_passed`` (a condition on ``_lock``) is notified after every pass; the
+    :class:`CleanerManager` has its own lock.
     """
 
     def __init__(
@@ -132,6 +164,24 @@ class CleanerService:
         self._totals = CleanerTotals()
         self._last_stats: dict[str, CleanerStats] = {}
         self._last_retention_ms: int | None = None
+        self._passed = threading.Condition(self._lock)
+        self._passes: dict[Path, int] = {}
+        """Passes that ended (cleaned, failed or aborted) per log directory."""
+        self._first_dirty: dict[Path, int] = {}
+        """Each log's first dirty offset as its last pass left it (read from the checkpoint
+        file the first time :meth:`pace` measures a log)."""
+        self._kept: dict[Path, tuple[float, int]] = {}
+        """Per log, the share of the dirty bytes its last pass kept (0 to 1) and the dirty
+        bytes it indexed: how much of a dirty tail is live, as far as the last pass could
+        tell, and over how many bytes it looked (see :meth:`pace`)."""
+        self._urgent: set[Path] = set()
+        """Logs a committer waits for: due at once, whatever their dirty ratio."""
+        self._wake = threading.Event()
+        """Set by :meth:`pace` and :meth:`close`: a backing-off worker looks again at once."""
+        self.pace_waits = 0
+        """Commits that waited in :meth:`pace` (a metric; read from any thread)."""
+        self.pace_wait_s = 0.0
+        """Seconds commits spent waiting in :meth:`pace`."""
 
     # ----------------------------------------------------------------- inputs
 
@@ -181,9 +231,23 @@ class CleanerService:
         if self._state == "closed":
             raise CleanerServiceStateError("closed", "run a pass")
         now = self.now_ms() if now_ms is None else now_ms
-        to_clean = self.manager.grab_filthiest_log(self._current_logs(), now)
+        with self._lock:
+            urgent = frozenset(self._urgent)
+        to_clean = self.manager.grab_filthiest_log(self._current_logs(), now, urgent=urgent)
         if to_clean is None:
             return None
+        log = to_clean.log
+        key = Path(log.dir)
+        try:
+            return self._run_pass(to_clean, now, offset_map)
+        finally:
+            with self._passed:
+                self._passes[key] = self._passes.get(key, 0) + 1
+                self._passed.notify_all()
+
+    def _run_pass(
+        self, to_clean: Any, now: int, offset_map: OffsetMap | None
+    ) -> CleanerStats | None:
         log = to_clean.log
         key = Path(log.dir)
         in_process = self.worker == "process" and to_clean.total_bytes > IN_THREAD_MAX_BYTES
@@ -223,7 +287,11 @@ class CleanerService:
             )
             return None
         self.manager.done(log, cleaned=True)
+        kept = _kept_share(log, to_clean.clean_bytes, stats)
         with self._lock:
+            self._first_dirty[key] = stats.end_offset
+            if kept is not None:
+                self._kept[key] = (kept, stats.map_bytes_read)
             self._history.append(stats)
             del self._history[:-1000]
             self._totals.add(stats, self.now_ms())
@@ -248,6 +316,114 @@ class CleanerService:
         self._last_retention_ms = self.now_ms() if now_ms is None else now_ms
         return deleted
 
+    # ----------------------------------------------------------------- backpressure
+
+    def pace(self, logs: Iterable[Log]) -> float:
+        """Wait while any of ``logs`` has a dirty tail over its bound that a pass can shrink.
+
+        For a committer, after its commit is durable: the bound of a log is
+        ``backpressure_dirty_ratio * clean bytes + backpressure_min_bytes`` (its
+        :class:`~changelog.config.LogConfig`; ratio 0: never waits), the dirty
+        tail everything from the first dirty offset to the log end.  A log
+        whose last pass kept at least ``1 / (1 + ratio)`` of the dirty bytes it
+        indexed (mostly distinct keys: a pass cannot shrink it, and what a
+        restore replays is within ``(1 + ratio)`` times the live data anyway)
+        does not wait while its tail is within ``(1 + ratio)`` times what that
+        pass indexed (beyond it the estimate is stale and the tail counts in
+        full).  While the
+        tail is over the bound and rolled dirty segments below the first uncleanable
+        offset (cleaning barrier, compaction lag, open transactions) exist, the log
+        is due at once (whatever its dirty ratio) and the caller waits for the
+        next pass over it, then measures again.  It never waits when the
+        service is not running, for a log that is paused or whose last pass
+        failed, nor more than :data:`PACE_MAX_WAIT_S` in all (then it logs a
+        warning and returns).  Returns the seconds waited.
+
+        Thread-safety: thread-safe; any number of committers may wait at once.
+        The caller holds no lock a cleaning pass needs (no commit lock).
+        """
+        waited = 0.0
+        for log in logs:
+            if log.config.backpressure_dirty_ratio > 0 and log.config.compact:
+                waited += self._pace_one(log)
+        return waited
+
+    def _over_bound(self, log: Log) -> bool:
+        """Whether ``log``'s dirty tail is over its bound and a pass could shrink it."""
+        key = Path(log.dir)
+        config = log.config
+        with self._lock:
+            checkpoint = self._first_dirty.get(key)
+        if checkpoint is None:
+            checkpoint = read_cleaner_checkpoint(log)
+            with self._lock:
+                self._first_dirty.setdefault(key, checkpoint if checkpoint is not None else -1)
+        elif checkpoint < 0:
+            checkpoint = None
+        with log.lock:
+            first_dirty, first_uncleanable, _reset = cleanable_offsets(
+                log, checkpoint, self.now_ms()
+            )
+            if first_uncleanable <= first_dirty:
+                return False  # nothing a pass may clean: waiting would not help
+            clean = tail = 0
+            for segment in log.segments:
+                if segment.base_offset < first_dirty and segment is not log.active_segment:
+                    clean += segment.size_bytes
+                else:
+                    tail += segment.size_bytes
+        ratio = config.backpressure_dirty_ratio
+        with self._lock:
+            kept, indexed = self._kept.get(key, (0.0, 0))
+        if kept * (1.0 + ratio) >= 1.0 and tail <= (1.0 + ratio) * indexed:
+            return False  # mostly live: replayed <= (1 + ratio) x live already
+        return tail > ratio * clean + config.backpressure_min_bytes
+
+    def _pace_one(self, log: Log) -> float:
+        if log.size_bytes <= log.config.backpressure_min_bytes:
+            return 0.0  # the quick path: a tail within the fixed allowance
+        key = Path(log.dir)
+        started = time.monotonic()
+        deadline = started + PACE_MAX_WAIT_S
+        registered = False
+        try:
+            while True:
+                with self._lock:
+                    if self._state != "started" or self._stop.is_set():
+                        return 0.0
+                    seen = self._passes.get(key, 0)
+                if (
+                    log.closed
+                    or self.manager.is_paused_or_failing(log)
+                    or not self._over_bound(log)
+                ):
+                    break
+                with self._passed:
+                    if not registered:
+                        registered = True
+                        self._urgent.add(key)
+                        self.pace_waits += 1
+                        self._wake.set()
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        _log.warning(
+                            "[%s-%s] a commit waited %.0f s for the cleaner to shrink the "
+                            "dirty tail and goes on (backpressure_dirty_ratio)",
+                            log.topic,
+                            log.partition,
+                            PACE_MAX_WAIT_S,
+                        )
+                        break
+                    if self._passes.get(key, 0) == seen and not self._stop.is_set():
+                        self._passed.wait(timeout=min(remaining, ROLL_POLL_S * 5))
+        finally:
+            waited = time.monotonic() - started if registered else 0.0
+            if registered:
+                with self._lock:
+                    self._urgent.discard(key)
+                    self.pace_wait_s += waited
+        return waited
+
     # ----------------------------------------------------------------- aborting one log
 
     def abort_and_pause(self, log: Log, timeout_s: float = 30.0) -> None:
@@ -269,6 +445,7 @@ class CleanerService:
         """Undo :meth:`abort_and_pause`."""
         with self._lock:
             self._aborting.discard(Path(log.dir))
+            self._first_dirty.pop(Path(log.dir), None)  # the log may have been truncated
         self.manager.resume(log)
 
     # ----------------------------------------------------------------- threads
@@ -299,6 +476,9 @@ class CleanerService:
             self._state = "closed"
             threads = list(self._threads)
         self._stop.set()
+        self._wake.set()
+        with self._passed:
+            self._passed.notify_all()
         for thread in threads:
             thread.join(timeout_s)
 
@@ -337,7 +517,10 @@ class CleanerService:
         cleaned at once, so that a restore never replays much more than the live data)."""
         rolled_at = self._active_bases()
         deadline = time.monotonic() + backoff_s
-        while not self._stop.wait(min(ROLL_POLL_S, max(0.0, deadline - time.monotonic()))):
+        while not self._stop.is_set():
+            if self._wake.wait(min(ROLL_POLL_S, max(0.0, deadline - time.monotonic()))):
+                self._wake.clear()  # a committer waits (or the service closes): look now
+                return
             if time.monotonic() >= deadline or self._active_bases() != rolled_at:
                 return
 

@@ -253,9 +253,11 @@ class TransactionCoordinator:
         producer_epoch: int,
         waiting: dict[tuple[str, int], int],
         clock: Callable[[], int],
+        after_commit: Callable[[Sequence[Log]], object] | None = None,
     ) -> None:
         """Use :meth:`open`."""
         self._log = log
+        self._after_commit = after_commit
         self.producer_id = producer_id
         """The state directory's producer id (in every transactional batch and marker)."""
         self.producer_epoch = producer_epoch
@@ -291,12 +293,16 @@ class TransactionCoordinator:
         *,
         clock: Callable[[], int] | None = None,
         fault_hook: FaultHook | None = None,
+        after_commit: Callable[[Sequence[Log]], object] | None = None,
     ) -> TransactionCoordinator:
         """Steps O0-O2: check the log was not lost, open it, read the latest decision, bump
         the epoch.
 
         A lost log (O0) raises :class:`~statestore.errors.TransactionStateMissingError`
-        before anything is created or written.
+        before anything is created or written.  ``after_commit`` is called with the
+        changelogs a commit wrote, after the commit is durable and applied and its
+        commit locks are released, before :meth:`commit` returns (the manager's
+        cleaner paces writers there: :meth:`changelog.CleanerService.pace`).
 
         A record that does not parse raises
         :class:`~statestore.errors.TransactionLogCorruptError` before anything
@@ -327,7 +333,12 @@ class TransactionCoordinator:
                 else {(p.topic, p.partition): p.first_offset for p in latest.partitions}
             )
             coordinator = cls(
-                log, producer_id=producer_id, producer_epoch=epoch, waiting=waiting, clock=now
+                log,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                waiting=waiting,
+                clock=now,
+                after_commit=after_commit,
             )
             coordinator.fault_hook = fault_hook
             coordinator._append_record(TransactionState.EMPTY)  # O2
@@ -456,11 +467,24 @@ class TransactionCoordinator:
         """Commit the pending writes of ``participants`` atomically; returns the records committed.
 
         The protocol is in the module docstring.  Participants without
-        pending writes are left alone (their locks are not taken).
+        pending writes are left alone (their locks are not taken).  Then, with
+        no lock held, ``after_commit`` (see :meth:`open`) gets the changelogs written.
         """
+        written: list[Participant] = []
+        records = self._commit(participants, written)
+        if records and self._after_commit is not None and written:
+            self._after_commit([member.changelog for member in written])
+        return records
+
+    def _commit(self, participants: Sequence[Participant], written: list[Participant]) -> int:
+        """:meth:`commit` without ``after_commit``; appends the members it writes to ``written``."""
         self._check_usable()
         if len(participants) == 1:  # one partition (every one-partition store): no transaction
-            return participants[0].commit_alone()  # group commit: the lock, take, write
+            alone = participants[0]
+            committed = alone.commit_alone()  # group commit: the lock, take, write
+            if committed:
+                written.append(alone)
+            return committed
         chosen: dict[int, Participant] = {}
         for member in participants:
             if member.pending_count:
@@ -475,6 +499,7 @@ class TransactionCoordinator:
             work = [(member, records) for member, records in work if records]
             if not work:
                 return 0
+            written.extend(member for member, _records in work)
             if len(work) == 1:
                 member, records = work[0]
                 return member.write(records)
