@@ -206,3 +206,13 @@ def test_every_file_the_docs_name_exists() -> None:
         if path not in READERS_FILES and not (ROOT / path).exists()
     ]
     assert not missing, missing
+
+
+def test_the_quickstart_lists_every_option_of_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    options = text[text.index("\nOptions: ") :]
+    options = options[: options.index("\n\n")]
+    listed = set(re.findall(r"`(--[a-z-]+)", options))
+    parser = parser_of("examples.balances.demo", monkeypatch)
+    flags = {flag for flag in parser._option_string_actions if flag.startswith("--")}
+    assert listed == flags - {"--help"}
