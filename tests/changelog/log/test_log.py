@@ -225,6 +225,29 @@ def test_rolls_on_segment_ms(log_dir: Path, clock: FakeClock) -> None:
         assert [s.base_offset for s in log.segments] == [0, 2]
 
 
+def test_time_roll_measures_record_timestamps_not_the_clock(
+    log_dir: Path, clock: FakeClock
+) -> None:
+    """Kafka's ``LogSegment.shouldRoll``: the incoming batch's max timestamp minus the
+    first batch's, so batches stamped years before the clock (a backfill, a versioned
+    store fed old event times) share one segment until *their* times span ``segment_ms``."""
+    config = LogConfig(segment_ms=1000)
+    old = clock() - 5 * 365 * 24 * 3600 * 1000
+    with Log.open(log_dir, config, clock) as log:
+        for n in range(200):
+            log.append(records(n, 1), timestamp_ms=old + n * 5)  # spans 995 ms
+            clock.advance(60_000)  # the clock runs far past segment_ms meanwhile
+        assert [s.base_offset for s in log.segments] == [0]
+        log.append(records(200, 1), timestamp_ms=old + 1001)
+        assert [s.base_offset for s in log.segments] == [0, 200]
+        # a batch stamped at the clock measures from the old first batch too: one roll,
+        # and the old times after it do not roll again
+        log.append(records(201, 1))
+        for n in range(202, 220):
+            log.append(records(n, 1), timestamp_ms=old + 2000 + n)
+        assert [s.base_offset for s in log.segments] == [0, 200, 201]
+
+
 def test_rolls_on_full_index(log_dir: Path, clock: FakeClock) -> None:
     config = LogConfig(
         index_interval_bytes=0, segment_index_bytes=36
