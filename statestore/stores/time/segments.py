@@ -26,6 +26,24 @@ A window inside a live segment may still be older than the retention: the
 store above hides it (``start <= stream time - retention_ms``), as Kafka
 Streams' fetch does.
 
+History pruning (a versioned store: one segment, no expiry by segment).  A
+read at or after ``stream time - history retention`` (the *cutoff*) needs, per
+key, every version after the cutoff and the newest one at or before it; older
+versions, and a delete version at or before the cutoff (with everything older
+than it), can no longer be read (:mod:`statestore.stores.time.versioned`).
+:meth:`SegmentedEngine.prune_history` removes exactly those before a *prune
+point* (a multiple of :attr:`TimeSettings.history_prune_interval_ms
+<statestore.stores.time.settings.TimeSettings.history_prune_interval_ms>` at or
+below the cutoff) in one pass over RocksDB, and records the point in the
+metadata (``history-pruned-to``, int64 BE) with the last deletes.  A write runs
+it when the prune point has passed the recorded one and at least half as many
+versions were written since the last pass as it kept, so a pass costs a few
+reads per version written; restores write through the same rule.  The deletes
+go out in chunks, each version before the delete version that shadows it, so a
+reader's snapshot between two chunks reads what it would read before or after;
+a crash between them leaves the recorded point behind, and a later pass
+finishes the job.
+
 Metadata column family, besides the applied offset: key ``stream-time`` ->
 8-byte big-endian signed int, the observed stream time, written in every
 ``WriteBatch`` with the data that reached it (so an incremental restore reads
@@ -36,7 +54,9 @@ store above reads the stream time through the layers' ordinary ``get``.
 Invariants (besides :class:`~statestore.stores.engine.RocksDBEngine`'s):
 ``_segments`` is the set of segment ids that may hold data, none below
 ``_live_from``; ``_live_from`` is the oldest live segment of ``_stream_time``;
-all three change only after a successful write.
+all three change only after a successful write.  With history pruning, RocksDB
+holds no version that :meth:`SegmentedEngine.prune_history` would remove at
+``_pruned_to`` (the recorded prune point, ``-1``: none).
 
 Thread-safety: as :class:`~statestore.stores.engine.RocksDBEngine` for reads;
 :meth:`~SegmentedEngine.write` is called by the owning change-logging layer's
@@ -56,7 +76,13 @@ import rocksdict
 from statestore.config import RocksDBConfig
 from statestore.errors import StoreEngineError
 from statestore.stores.engine import RocksDBEngine
-from statestore.stores.time.layout import SEGMENT_ID, SEGMENT_PREFIX_BYTES, TIMESTAMP
+from statestore.stores.time.layout import (
+    SEGMENT_ID,
+    SEGMENT_PREFIX_BYTES,
+    TIMESTAMP,
+    TIMESTAMP_BYTES,
+    TOMBSTONE_VERSION,
+)
 from statestore.stores.time.settings import TimeSettings
 
 __all__ = ["STREAM_TIME_KEY", "SegmentedEngine"]
@@ -64,6 +90,10 @@ __all__ = ["STREAM_TIME_KEY", "SegmentedEngine"]
 STREAM_TIME_KEY: Final = b""
 """The key whose :meth:`SegmentedEngine.get` is the observed stream time (8 bytes, int64 BE)."""
 _STREAM_TIME_META: Final = b"stream-time"
+_PRUNED_TO_META: Final = b"history-pruned-to"
+_TIME_MAX_SUFFIX: Final = TIMESTAMP.pack(2**63 - 1)
+_PRUNE_CHUNK: Final = 10_000
+"""Deletes per ``WriteBatch`` of a history prune (bounds its memory)."""
 _KEY: Final = itemgetter(0)
 _NO_STREAM_TIME: Final = -1
 
@@ -94,6 +124,14 @@ class SegmentedEngine(RocksDBEngine):
         self._segments = self._find_segments()
         self.expired_records_dropped = 0
         """Writes dropped because their segment had expired (commits and restores)."""
+        self._history = settings.retention_ms
+        self._prune_interval = settings.history_prune_interval_ms
+        raw = self.meta(_PRUNED_TO_META)
+        self._pruned_to = -1 if raw is None else int(TIMESTAMP.unpack(raw)[0])
+        self._kept_at_prune = 0
+        self._written_since_prune = 0
+        self.versions_pruned = 0
+        """Versions removed by history pruning since the open (commits and restores)."""
         self.lookup = self.get
 
     @classmethod
@@ -235,3 +273,78 @@ class SegmentedEngine(RocksDBEngine):
             self._live_from = live_from
         self._segments |= written
         self.expired_records_dropped += dropped
+        if self._prune_interval is not None:
+            self._written_since_prune += len(entries) - dropped
+            point = self.prune_point(stream_time)
+            if point > self._pruned_to and 2 * self._written_since_prune >= self._kept_at_prune:
+                self.prune_history(point, applied_offset)
+
+    # ------------------------------------------------------- history pruning
+
+    @property
+    def history_pruned_to_ms(self) -> int:
+        """The last prune point recorded (``-1``: never pruned, or not a versioned store)."""
+        return self._pruned_to
+
+    def prune_point(self, stream_time_ms: int) -> int:
+        """The prune point for ``stream_time_ms`` (``-1``: nothing to prune, or not a versioned store)."""
+        if self._prune_interval is None:
+            return -1
+        cutoff = stream_time_ms - self._history
+        if cutoff < 0:
+            return -1
+        return cutoff - cutoff % self._prune_interval
+
+    def prune_history(self, point_ms: int, applied_offset: int) -> int:
+        """Remove the versions no read at or after ``point_ms`` returns; returns how many.
+
+        Per key: every version older than its newest one before ``point_ms``,
+        and that one too if it is a delete version (module docstring).
+        ``point_ms`` must be at or below the cutoff of the stream time, so a
+        later put (never before the cutoff) leaves the result pruned at
+        ``point_ms``; it is recorded with the last chunk.  The owning layer's
+        committing thread only.
+        """
+        self._check_open("prune")
+        prefix = SEGMENT_ID.pack(0)
+        unpack = TIMESTAMP.unpack_from
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        in_batch = pruned = scanned = 0
+        # plain key -> (RocksDB key, is a delete) of its newest version < point_ms so far;
+        # a key stays open until the scan passes its largest possible version (a key that
+        # extends another may sort between that one's versions)
+        runs: dict[bytes, tuple[bytes, bool]] = {}
+        last: bytes | None = None
+        for stored, value in RocksDBEngine.items(self, prefix, SEGMENT_ID.pack(1)):
+            scanned += 1
+            plain = stored[SEGMENT_PREFIX_BYTES:-TIMESTAMP_BYTES]
+            if plain != last:
+                last = plain
+                for done in [key for key in runs if prefix + key + _TIME_MAX_SUFFIX < stored]:
+                    newest, is_delete = runs.pop(done)
+                    if is_delete:
+                        batch.delete(newest)
+                        in_batch += 1
+            if unpack(stored, len(stored) - TIMESTAMP_BYTES)[0] >= point_ms:
+                continue
+            previous = runs.get(plain)
+            if previous is not None:
+                batch.delete(previous[0])
+                in_batch += 1
+            runs[plain] = (stored, value[:1] == TOMBSTONE_VERSION)
+            if in_batch >= _PRUNE_CHUNK:
+                self.write_batch(batch, applied_offset)
+                pruned += in_batch
+                batch = rocksdict.WriteBatch(raw_mode=True)
+                in_batch = 0
+        for newest, is_delete in runs.values():
+            if is_delete:
+                batch.delete(newest)
+                in_batch += 1
+        self.write_batch(batch, applied_offset, meta={_PRUNED_TO_META: TIMESTAMP.pack(point_ms)})
+        pruned += in_batch
+        self._pruned_to = point_ms
+        self._kept_at_prune = scanned - pruned
+        self._written_since_prune = 0
+        self.versions_pruned += pruned
+        return pruned

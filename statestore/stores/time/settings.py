@@ -201,6 +201,20 @@ class TimeSettings:
         return _NEVER if self.store_type == "versioned-key-value" else self.segment_interval_ms
 
     @property
+    def history_prune_interval_ms(self) -> int | None:
+        """A versioned store's prune interval: ``max(history retention // 2, 1)`` (``None``: other types).
+
+        The segmented engine prunes superseded versions up to the last multiple of
+        it at or below ``stream time - history retention``
+        (:mod:`statestore.stores.time.segments`), as Kafka Streams' versioned
+        store drops a segment of old versions once the history retention has
+        passed it.
+        """
+        if self.store_type != "versioned-key-value":
+            return None
+        return max(self.retention_ms // 2, 1)
+
+    @property
     def timestamped(self) -> bool:
         """Whether RocksDB values are ``timestamp | value`` (the change-logging layer's format).
 

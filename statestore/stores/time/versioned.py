@@ -16,8 +16,10 @@ timestamp`` -> ``flag | value``; the changelog holds Kafka Streams' versioned
 changelog: ``key`` -> ``value`` (a tombstone for a delete) with the version's
 timestamp as CreateTime.  The changelog's ``min_compaction_lag_ms`` is the
 history retention + 1 day, so the cleaner keeps every version a restore
-within the history retention needs.  Old versions stay in RocksDB (they are
-hidden by the reads, not removed).
+within the history retention needs.  Versions no read can return any more
+are pruned from RocksDB by the engine as the stream time moves
+(:mod:`statestore.stores.time.segments`, "History pruning"); reads return the
+same with or without them.
 
 Thread-safety: not thread-safe (one thread uses a store at a time).
 """

@@ -5,9 +5,11 @@ Timestamped key-value, window, session (merges included) and versioned stores.
 Steps: puts (window starts both late and ahead of the stream time), deletes,
 commit, abort, compact (roll + forced cleaning passes), reopen (clean
 shutdown), crash (no shutdown), and for incremental restores a crash where
-RocksDB falls back to its last flush (its stream time with it).  After every
-step the store equals the model's committed state plus the pending writes,
-with expired windows hidden; after every reopen, the committed state.
+RocksDB falls back to its last flush (its stream time with it); the versioned
+store also prunes its history.  After every step the store equals the model's
+committed state plus the pending writes, with expired windows hidden; after
+every reopen, the committed state; a versioned store's RocksDB holds exactly
+the committed versions its last prune point keeps.
 
 Tombstones are kept by the cleaner here (``delete_retention_ms`` of a day on a
 clock that stands still): removing the tombstone of the newest window can make
@@ -445,6 +447,18 @@ class VersionedMachine(_Restarts):
         if kept:
             self.pending[(key, stamp)] = value
 
+    @rule(key=WKEYS, ahead=st.integers(60, 200), value=st.integers(0, 1000))
+    def put_far_ahead(self, key: str, ahead: int, value: int) -> None:
+        """Time moving forward fast, committed: the cutoff passes prune points."""
+        self.put(key, ahead, value)
+        self.commit()
+
+    @rule(key=WKEYS, ahead=st.integers(-100, 0))
+    def delete_recent(self, key: str, ahead: int) -> None:
+        """A delete within the history retention (kept), committed, to be pruned later."""
+        self.delete(key, ahead)
+        self.commit()
+
     @rule(key=WKEYS, ahead=st.integers(-150, 20))
     def delete(self, key: str, ahead: int) -> None:
         stamp = max(0, self._stream_time() + ahead)
@@ -464,6 +478,48 @@ class VersionedMachine(_Restarts):
     def abort(self) -> None:
         self.store.abort()
         self.pending = {}
+
+    @rule()
+    def prune(self) -> None:
+        """A prune point reached now (commits reach one when enough was written since the last)."""
+        engine = engine_of(self.store.inner)
+        point = engine.prune_point(engine.stream_time_ms)
+        applied = engine.applied_offset()
+        if point > engine.history_pruned_to_ms and applied is not None:
+            engine.prune_history(point, applied)
+
+    def _kept_by_prune(self, point: int) -> dict[tuple[str, int], int | None]:
+        """The committed versions a prune at ``point`` keeps, by the rule of docs/time.md."""
+        kept: dict[tuple[str, int], int | None] = {}
+        for key in {k for k, _t in self.committed}:
+            versions = sorted((t, v) for (k, t), v in self.committed.items() if k == key)
+            before = [(t, v) for t, v in versions if t < point]
+            if before and before[-1][1] is not None:
+                kept[(key, before[-1][0])] = before[-1][1]
+            kept.update({(key, t): v for t, v in versions if t >= point})
+        return kept
+
+    @invariant()
+    def rocksdb_holds_no_version_past_the_prune_point(self) -> None:
+        """RocksDB holds exactly the committed versions a prune at its recorded point keeps.
+
+        Nothing a read at or after the cutoff needs is missing (the reads are
+        checked against the model by :meth:`matches_model`), nothing older is
+        left, across crashes, reopens (full and incremental) and cleaning.
+        """
+        engine = engine_of(self.store.inner)
+        point = engine.history_pruned_to_ms
+        assert point < 0 or (
+            point % (RETENTION // 2) == 0 and point <= self.committed_stream_time - RETENTION
+        )
+        key_serde, value_serde = self.store.key_serde, self.store.value_serde
+        held = {
+            (key_serde.deserialize(stored[:-8]), int.from_bytes(stored[-8:], "big")): (
+                None if data == b"\x00" else value_serde.deserialize(data[1:])
+            )
+            for stored, data in engine.items()
+        }
+        assert held == self._kept_by_prune(point)
 
     @invariant()
     def matches_model(self) -> None:

@@ -10,6 +10,7 @@ from statestore.serdes import LongSerde
 from statestore.stores.time.settings import ADDITIONAL_RETENTION_MS
 from statestore.stores.time.versioned import VersionedKeyValueStore, VersionedRecord
 from tests.statestore.conftest import OpenManager
+from tests.statestore.helpers import engine_of
 
 HISTORY = 1_000
 
@@ -93,6 +94,41 @@ def test_restore_keeps_every_version(open_manager: OpenManager, mode: str) -> No
     )
     assert {k: store.get(k) for k in ("k0", "k1", "k2")} == latest
     assert store.stream_time_ms == 390
+
+
+@pytest.mark.parametrize("mode", ["full", "incremental"])
+def test_commits_prune_history_from_rocksdb(open_manager: OpenManager, mode: str) -> None:
+    """Versions no read returns leave RocksDB as the stream time moves; reads are unchanged."""
+    config = StoreConfig(restore_mode=mode)  # type: ignore[arg-type]
+    manager = open_manager()
+    store = _versioned(manager, config=config)
+    engine = engine_of(store.inner)
+    keys = [f"k{n}" for n in range(20)]
+    for step in range(200):  # 100 ms apart: the stream time moves 20 histories
+        for n, key in enumerate(keys):
+            if (step + n) % 7 == 0:
+                store.delete(key, step * 100 + n)
+            else:
+                store.put(key, step, step * 100 + n)
+        store.commit()
+        # at most: the history, a prune interval, and what was written since the last pass
+        assert len(list(engine.items())) <= len(keys) * (HISTORY + HISTORY // 2) // 100 * 3
+    assert engine.history_pruned_to_ms >= store.stream_time_ms - 2 * HISTORY
+    assert engine.versions_pruned > 0
+    cutoff = store.stream_time_ms - HISTORY
+    times = range(cutoff, store.stream_time_ms + 200, 37)
+    expected = {(k, t): store.get(k, t) for k in keys for t in times}
+    latest = {k: store.get(k) for k in keys}
+    # a read needs nothing older than the newest version before the prune point
+    point = engine.history_pruned_to_ms
+    stamps = [int.from_bytes(stored[-8:], "big") for stored, _ in engine.items()]
+    assert sum(stamp < point for stamp in stamps) <= len(keys)
+    manager.crash()
+    manager = open_manager()
+    store = _versioned(manager, config=config)
+    assert {(k, t): store.get(k, t) for k in keys for t in times} == expected
+    assert {k: store.get(k) for k in keys} == latest
+    assert len(list(engine_of(store.inner).items())) < 200 * len(keys) // 4
 
 
 def test_type_and_retention_are_recorded(open_manager: OpenManager) -> None:
