@@ -10,6 +10,7 @@ tests/test_docs_consistency.py.)
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -115,3 +116,56 @@ def test_the_docs_describe_the_product_not_its_history() -> None:
         for match in HISTORY.finditer(line)
     ]
     assert not found, found
+
+
+def _api_objects() -> dict[str, type]:
+    from statestore import StateManager  # noqa: PLC0415
+    from statestore.kafka import KafkaStoreSpec, Processor  # noqa: PLC0415
+
+    return {"manager": StateManager, "KafkaStoreSpec": KafkaStoreSpec, "processor": Processor}
+
+
+def api_claims(text: str) -> list[tuple[int, str, str, list[str]]]:
+    """``(line, object, name, keywords)`` of each ``manager.name(kw=...)`` (or
+    ``KafkaStoreSpec.``, ``processor.``) in an inline code span (not an ``await``-ed one: that
+    is the asyncio manager)."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for span in re.findall(r"`([^`]+)`", line):
+            if "await" in span:
+                continue
+            for m in re.finditer(
+                r"(?<![\w.])(manager|KafkaStoreSpec|processor)\.(\w+)(\(([^()]*)\))?", span
+            ):
+                if m.group(2) == "py":
+                    continue  # a file name: manager.py
+                found.append(
+                    (number, m.group(1), m.group(2), re.findall(r"(\w+)=", m.group(4) or ""))
+                )
+    return found
+
+
+def test_every_method_and_keyword_the_docs_name_exists() -> None:
+    """``manager.window_store(name, window_size_ms=...)`` in prose: the method and its keywords
+    exist (an attribute set in ``__init__`` counts)."""
+    objects = _api_objects()
+    assert api_claims("`manager.store(x, partitions=2)` `manager.py`") == [
+        (1, "manager", "store", ["partitions"])
+    ]
+    wrong = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, obj, name, keywords in api_claims(page.read_text(encoding="utf-8")):
+            cls = objects[obj]
+            where = f"{page.name}:{number}: {obj}.{name}"
+            attr = getattr(cls, name, None)
+            if attr is None:
+                if f"self.{name} " not in inspect.getsource(cls):
+                    wrong.append(f"{where}: no such attribute")
+                continue
+            if not keywords or not callable(attr):
+                continue
+            params = inspect.signature(attr).parameters
+            if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                continue
+            wrong += [f"{where}: no keyword {kw}" for kw in keywords if kw not in params]
+    assert not wrong, wrong
