@@ -179,7 +179,13 @@ class StandbyTasks:
             engine.close(flush=False)
             RocksDBEngine.destroy(path)
             engine = spec.open_engine(path, config=self._rocksdb, label=label)
-        if engine.applied_offset() is None:
+        if plan.start_offset >= high:
+            # Nothing to replay (an empty partition, or already at its end): caught up now,
+            # with no record to apply that would say so (a promotion then stays incremental).
+            engine.write(
+                [], plan.start_offset, meta=applied_meta(info.topic_id, self._wall_clock_ms())
+            )
+        elif engine.applied_offset() is None:
             engine.write([], plan.start_offset, meta={TOPIC_ID_KEY: info.topic_id.encode()})
         return engine
 

@@ -195,7 +195,9 @@ def test_failover_to_a_standby_window_store_restores_only_the_tail(
         for e in second.all_events()[before:]
         if e["event"] == "restored" and e["partition"] in moved and e["store"] == "counts"
     ]
-    assert restored and all(not e["rebuilt"] for e in restored), [e["reason"] for e in restored]
+    assert restored and all(not e["rebuilt"] for e in restored), [
+        (e["partition"], e["end"], e["reason"]) for e in restored
+    ]
     assert sum(e["records"] for e in restored) < 50, restored  # the tail only
     app.feed(200)
     run_until(lambda: None, app.committed_end, timeout_s=90)

@@ -354,6 +354,7 @@ def run_worker(
             rebuilt=restored.rebuilt,
             reason=restored.reason,
             records=restored.records_restored,
+            end=restored.end_offset,
         )
 
     config = ProcessorConfig(
