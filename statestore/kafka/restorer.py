@@ -13,7 +13,8 @@ between the two the restorer thread alone touches that task's RocksDB:
    be rebuilt there; each task's engines are touched by one open thread until
    its open is done.  Watermarks that cannot be read for a reason that may
    heal (a broker restarting, a leader moving: anything but a missing right)
-   are read again every half second, up to the restore timeout;
+   are read again every half second (the admin client's metadata of the
+   changelog topics refreshed first), up to the restore timeout;
 2. as soon as a task's stores are open, its partitions join the replay (the
    others are still opening meanwhile): every partition being restored is
    replayed at once with one consumer
@@ -298,6 +299,8 @@ class Restorer:
                 for name, info in self._topics.items()
             }
         except KafkaClientError as exc:
+            if _retriable(exc):
+                self._refresh_metadata()
             for p in partitions:
                 if _retriable(exc) and now - self._first_try[p] < self._stall_timeout_s:
                     # a broker restarting or a leader moving: metadata catches up
@@ -309,6 +312,16 @@ class Restorer:
             return
         for p in partitions:
             self._opening[p] = self._pool.submit(self._open, self._restoring[p], marks)
+
+    def _refresh_metadata(self) -> None:
+        """Ask for the changelog topics' metadata: the admin client's ListOffsets goes to the
+        leader (and epoch) it has cached, and after a broker restart that cache answers
+        ``FENCED_LEADER_EPOCH`` until something refreshes it (measured: for 2 minutes)."""
+        for info in self._topics.values():
+            try:
+                self._admin.list_topics(info.name, timeout=5)
+            except Exception as exc:  # noqa: BLE001 - the retry reports what still fails
+                logger.info("metadata of %s not refreshed: %s", info.name, exc)
 
     def _start_retries(self) -> None:
         """Step 1 again for the tasks whose watermarks could not be read, once their wait is over."""
