@@ -22,13 +22,16 @@ Restore: the same workload (a commit per window), closed and reopened with a
 full restore (the reopen is timed); the floor is a raw ``WriteBatch`` load of
 the live entries only, in batches of 10,000, and a flush.
 
-Run: ``python -m benchmarks.window_bench [--users N] [--windows N]`` (under
-``flock /work/tools/.bench.lock`` on a shared machine).  Results go to stdout.
+Run: ``python -m benchmarks.window_bench [--users N] [--windows N] [--json PATH]``
+(under ``flock /work/tools/.bench.lock`` on a shared machine).  Results go to
+stdout and, with ``--json``, to ``PATH`` with the machine and its load average
+before and after (the source of docs/performance.md's table).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import struct
 import tempfile
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import rocksdict
 
-from benchmarks._harness import Stopwatch, Timing
+from benchmarks._harness import Stopwatch, Timing, machine_info
 from benchmarks.baselines import engine_options, raw_open
 from statestore import LongSerde, StateManager, StateManagerConfig, WindowStore
 
@@ -209,7 +212,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--windows", type=int, default=100)
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     users = [f"user:{i:06d}" for i in range(args.users)]
     puts = args.users * args.windows
     results: dict[str, list[tuple[Timing, Timing]]] = {"ours": [], "raw": []}
@@ -239,6 +244,27 @@ def main() -> None:
         f"restore: ours {restore.wall:.2f} s ({puts} records in the changelog, {live} live),"
         f" raw load of the live entries {floor.wall:.2f} s"
     )
+    if args.json is not None:
+        doc = {
+            "bench": "window",
+            "users": args.users,
+            "windows": args.windows,
+            "puts": puts,
+            "ours_put_per_s": puts / ours_put,
+            "raw_put_per_s": puts / raw_put,
+            "put_ratio": raw_put / ours_put,
+            "ours_fetch_keys_per_s": args.users / ours_fetch,
+            "raw_fetch_keys_per_s": args.users / raw_fetch,
+            "fetch_ratio": raw_fetch / ours_fetch,
+            "ours_restore_s": restore.wall,
+            "raw_restore_s": floor.wall,
+            "restore_ratio": floor.wall / restore.wall,
+            "live_windows": live,
+            "load_avg_before": load_before,
+            "load_avg_after": os.getloadavg(),
+            "machine": machine_info(),
+        }
+        args.json.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -242,24 +242,33 @@ class SegmentedEngine(RocksDBEngine):
         """
         self._check_open("write")
         entries = list(records.items() if isinstance(records, Mapping) else records)
-        segments = [self._segment_of(key) for key, _ in entries]
-        stream_time = self._stream_time
-        for key, _ in entries:
-            stream_time = max(stream_time, self._time_of(key))
+        suffix = self._suffix
+        if entries and min(len(key) for key, _ in entries) < suffix:
+            for key, _ in entries:
+                self._time_of(key)  # raises for the short key
+        # per record: one unpack, one division, one prefix (cached per segment)
+        unpack = TIMESTAMP.unpack_from
+        times = [unpack(key, len(key) - suffix)[0] for key, _ in entries]
+        stream_time = max(self._stream_time, max(times, default=_NO_STREAM_TIME))
         live_from = self._oldest_live(stream_time)
+        interval = self._interval
         batch = rocksdict.WriteBatch(raw_mode=True)
-        written: set[int] = set()
+        prefixes: dict[int, bytes] = {}
         dropped = 0
-        for (key, value), segment in zip(entries, segments, strict=True):
+        put = batch.put
+        delete = batch.delete
+        for (key, value), time_ms in zip(entries, times, strict=True):
+            segment = (time_ms if time_ms > 0 else 0) // interval
             if segment < live_from:
                 dropped += 1
                 continue
-            written.add(segment)
-            stored = SEGMENT_ID.pack(segment) + key
+            prefix = prefixes.get(segment)
+            if prefix is None:
+                prefix = prefixes[segment] = SEGMENT_ID.pack(segment)
             if value is None:
-                batch.delete(stored)
+                delete(prefix + key)
             else:
-                batch.put(stored, value)
+                put(prefix + key, value)
         if live_from > self._live_from:
             batch.delete_range(SEGMENT_ID.pack(0), SEGMENT_ID.pack(live_from))
         self.write_batch(
@@ -271,7 +280,7 @@ class SegmentedEngine(RocksDBEngine):
         if live_from > self._live_from:
             self._segments = {segment for segment in self._segments if segment >= live_from}
             self._live_from = live_from
-        self._segments |= written
+        self._segments.update(prefixes)
         self.expired_records_dropped += dropped
         if self._prune_interval is not None:
             self._written_since_prune += len(entries) - dropped

@@ -45,9 +45,10 @@ from statestore.errors import DeserializationError
 from statestore.serdes import Serde
 from statestore.stores.time.base import StreamTimeStore
 from statestore.stores.time.layout import (
+    TIMESTAMP,
     TIMESTAMP_BYTES,
+    WINDOW_SUFFIX,
     WINDOW_SUFFIX_BYTES,
-    join_timestamp,
     key_range_upper_bound,
     split_timestamp,
     split_windowed_key,
@@ -63,6 +64,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _SEQNUM_MAX = 0x7FFFFFFF
+_TIME_MAX = 2**63 - 1
 
 
 @attrs.frozen
@@ -120,24 +122,31 @@ class WindowStore(StreamTimeStore[K, V]):
         changelog record's CreateTime.
         """
         self._check("put")
-        start = self._timestamp("window_start_ms", window_start_ms)
+        # the common case (plain ints in range) checked inline: this runs once per record
+        start = (
+            window_start_ms
+            if window_start_ms.__class__ is int and 0 <= window_start_ms <= _TIME_MAX
+            else self._timestamp("window_start_ms", window_start_ms)
+        )
         key_bytes = self._key_bytes(key)
         if value is None and self._retain_duplicates:
             return
-        stream_time = max(self._stream_time(), start)
-        if start <= stream_time - self._retention:
+        stream_time = self._stream_time()
+        if start <= (start if start > stream_time else stream_time) - self._retention:
             self.expired_records_dropped += 1
             return
         if self._retain_duplicates:
             self._seqnum = (self._seqnum + 1) & _SEQNUM_MAX
-        data = (
-            None
-            if value is None
-            else join_timestamp(
-                self._timestamp("timestamp_ms", timestamp_ms), self._value_bytes(value)
+        if value is None:
+            data = None
+        else:
+            stamp = (
+                timestamp_ms
+                if timestamp_ms.__class__ is int and 0 <= timestamp_ms <= _TIME_MAX
+                else self._timestamp("timestamp_ms", timestamp_ms)
             )
-        )
-        self._inner.put(windowed_key(key_bytes, start, self._seqnum), data)
+            data = TIMESTAMP.pack(stamp) + self._value_bytes(value)
+        self._inner.put(key_bytes + WINDOW_SUFFIX.pack(start, self._seqnum), data)
         self._advance(start)
 
     # ------------------------------------------------------------------ reads
@@ -207,10 +216,28 @@ class WindowStore(StreamTimeStore[K, V]):
         self._check("fetch")
         key_bytes = self._key_bytes(key)
         low, high = self._times(time_from_ms, time_to_ms)
-        return (
-            (start, self._decode(data).value)
-            for _key, start, data in self._scan(key_bytes, key_bytes, low, high, reverse=reverse)
-        )
+        if low > high:
+            return iter(())
+        lo = key_bytes + WINDOW_SUFFIX.pack(low, 0)
+        hi = key_bytes + WINDOW_SUFFIX.pack(high, _SEQNUM_MAX) + b"\x00"
+        return self._fetch_one(key_bytes, self._inner.range(lo, hi, reverse=reverse))
+
+    def _fetch_one(
+        self, key: bytes, entries: Iterator[tuple[bytes, bytes]]
+    ) -> Iterator[tuple[int, V]]:
+        """``(window start, value)`` of the entries of ``key`` in a range of its windowed keys.
+
+        Every entry of that range whose key is ``key`` has its start in the
+        range (seqnums are never negative), so only other keys (``key`` plus
+        bytes) are skipped; one unpack and one value decode per window.
+        """
+        size = len(key) + WINDOW_SUFFIX_BYTES
+        at = len(key)
+        unpack = TIMESTAMP.unpack_from
+        value_of = self._value_of
+        for stored, data in entries:
+            if len(stored) == size and stored.startswith(key):
+                yield unpack(stored, at)[0], value_of(data)
 
     def _fetch_range(
         self,
@@ -227,7 +254,7 @@ class WindowStore(StreamTimeStore[K, V]):
         low, high = self._times(time_from_ms, time_to_ms)
         size = self._window_size
         return (
-            (Windowed(self._key(key), start, start + size), self._decode(data).value)
+            (Windowed(self._key(key), start, start + size), self._value_of(data))
             for key, start, data in self._scan(first, last, low, high, reverse=reverse)
         )
 
@@ -270,6 +297,12 @@ class WindowStore(StreamTimeStore[K, V]):
                 and (last is None or key <= last)
             ):
                 yield key, start, data
+
+    def _value_of(self, data: bytes) -> V:
+        """The value of a stored ``timestamp | value`` (its timestamp not decoded)."""
+        if len(data) < TIMESTAMP_BYTES:
+            self._decode(data)  # raises the DeserializationError
+        return self._value(data[TIMESTAMP_BYTES:])
 
     def _decode(self, data: bytes) -> ValueAndTimestamp[V]:
         if len(data) < TIMESTAMP_BYTES:
