@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -133,14 +133,25 @@ def _grant(
         future.result(timeout=30)
 
 
+def _end(consumer: Consumer, topic: str, partition: int) -> int:
+    """The high watermark; a topic created a moment ago may not have its leader yet."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return int(
+                consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+            )
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION:
+                raise
+            assert time.monotonic() < deadline, f"{topic}-{partition} has no leader"
+            time.sleep(0.2)
+
+
 def _ends(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "secured-oracle"})
     try:
-        return {
-            (topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-            for topic in topics
-            for p in range(PARTITIONS)
-        }
+        return {(topic, p): _end(consumer, topic, p) for topic in topics for p in range(PARTITIONS)}
     finally:
         consumer.close()
 
