@@ -19,7 +19,9 @@ Lifecycle of a task (partition ``p`` of every input topic and of every store):
   ``max.poll.interval.ms``, then close the revoked tasks' RocksDB so a new
   owner (even in this process) can open it.  **lost** (callback): no commit;
   the pending work of every task is dropped (one transaction spans them
-  all), the lost tasks are closed, the kept ones rewound.
+  all), the lost tasks are closed, the kept ones rewound; the records the
+  same ``consume()`` call returns were fetched before that rewind and are
+  dropped (the kept tasks consume them again from their committed offsets).
 * A failed commit drops every buffer and seeks every input back to its last
   committed offset; a fenced producer is replaced by a new one (same
   ``transactional.id``, new epoch) before processing resumes.
@@ -254,6 +256,7 @@ class Processor:
         self._commit_stat = SampledStat()
         self._fatal: BaseException | None = None
         self._abandoned = False
+        self._rewinds = 0  # how many times every task went back to its committed offsets
         self._ever_assigned = False
         self._unreleased_until = 0.0
         self._failed_commits = 0
@@ -709,8 +712,16 @@ class Processor:
             raise ProcessorFailedError(operation, self._fatal)
 
     def _poll(self, timeout_s: float) -> int:
+        rewinds = self._rewinds
         messages = self._consumer.consume(self._config.poll_records, timeout=timeout_s)
         self._last_poll = time.monotonic()
+        if self._rewinds != rewinds:
+            # A rebalance callback inside consume() rewound every task (a lost partition,
+            # a revocation whose commit failed): what the call gathered was fetched before
+            # that seek, and may lie past the committed offsets the tasks now replay from.
+            # Processed, it would move a position past records that are then skipped as
+            # fetched before a rewind: their inputs committed, their outputs never sent.
+            messages = []
         self._start_restores()
         self._take_restored()
         processed = 0
@@ -1110,6 +1121,7 @@ class Processor:
                 store.drop_pending()
 
     def _rewind_all(self) -> None:
+        self._rewinds += 1
         self._drop_all()
         for task in self._running():
             task.positions = dict(task.committed)

@@ -27,7 +27,7 @@ from statestore.kafka import (
     log_and_continue,
 )
 from statestore.serdes import IntSerde, StringSerde
-from tests.statestore.kafka.fake_cluster import FakeCluster
+from tests.statestore.kafka.fake_cluster import FakeCluster, FakeGroupConsumer, TopicPartition
 from tests.statestore.kafka.fakes import kafka_exception
 
 PARTITIONS = 2
@@ -298,3 +298,45 @@ def test_metrics_give_rates_commit_latency_and_restore_progress(tmp_path: Path) 
     assert metrics["restore-total"] == 4 and metrics["restore-remaining-records-total"] == 0
     assert metrics["task-states"] == {0: "running", 1: "running"}
     assert metrics["commit-latency-max"] == 0.0, "no commit in this process"
+
+
+def test_a_rewind_inside_consume_drops_the_batch_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rebalance callback runs inside consume(), after the call may have gathered records
+    # of the partitions it keeps.  A lost partition aborts the transaction and rewinds every
+    # kept task to its committed offsets; the records that consume() then returns were
+    # fetched before that rewind.  Processing them would move the kept task's position past
+    # the records the rewind is to replay, and the replayed ones would be skipped as
+    # "fetched before a rewind": inputs committed, their outputs never sent.
+    cluster = _cluster(0)
+    lose_next = {"armed": False}
+    consume = FakeGroupConsumer.consume
+
+    def consume_then_lose(self: FakeGroupConsumer, num: int = 1, timeout: float = -1) -> Any:
+        out = consume(self, num, timeout)
+        if lose_next["armed"] and out:
+            lose_next["armed"] = False
+            self.callbacks["on_lost"](self, [TopicPartition("in", 1)])
+        return out
+
+    monkeypatch.setattr(FakeGroupConsumer, "consume", consume_then_lose)
+    with _processor(cluster, tmp_path) as processor:
+        _until_running(processor)
+        _feed(cluster, 10)
+        processor.poll_once(0.01)  # seq 0-9 processed, not committed
+        for seq in range(10, 20):
+            cluster.append(
+                "in",
+                seq % PARTITIONS,
+                f"k{seq % 4}".encode(),
+                msgpack.packb({"seq": seq, "delta": 1}),
+            )
+        lose_next["armed"] = True
+        processor.poll_once(0.01)  # gathers offsets 5-9 of both, then partition 1 is lost
+        for _ in range(3):
+            processor.poll_once(0.01)
+        processor.commit()
+    kept = [seq for seq in _outputs(cluster) if seq % PARTITIONS == 0]
+    assert kept == list(range(0, 20, PARTITIONS)), "every input of the kept partition sent once"
+    assert cluster.group_offsets[("in", 0)] == 10
