@@ -66,6 +66,7 @@ from benchmarks._harness import (
     print_table,
     scratch_dir,
 )
+from benchmarks._stream_common import produce_retrying
 from benchmarks.store_bench import open_manager, open_store, packed_pairs, write_store
 
 SIZES = {
@@ -115,12 +116,7 @@ def _produce_changelog(bootstrap: str, topic: str, pairs: list[tuple[bytes, byte
         {"bootstrap.servers": bootstrap, "enable.idempotence": "true", "linger.ms": "5"}
     )
     for i, (key, value) in enumerate(pairs):
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_retrying(producer, topic, key=key, value=value, partition=0)
         if i % 10_000 == 0:
             producer.poll(0)
     if producer.flush(120):
@@ -228,12 +224,7 @@ def _produce_partitioned(
     )
     for i, (key, value) in enumerate(pairs):
         partition = partition_for(key, partitions)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=partition)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_retrying(producer, topic, key=key, value=value, partition=partition)
         if i % 10_000 == 0:
             producer.poll(0)
     if producer.flush(120):

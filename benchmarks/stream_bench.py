@@ -30,9 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,14 +38,10 @@ from typing import Any
 from benchmarks._harness import (
     Result,
     Target,
-    emit_json,
-    machine_info,
     median,
-    print_table,
-    scratch_dir,
 )
+from benchmarks._stream_common import add_arguments, produce_input, publish, run_case, run_on_broker
 
-ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
 
 SIZES = {
@@ -71,64 +64,6 @@ CASES = [
 ]
 
 
-def _uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
-
-
-def produce_input(bootstrap: str, topic: str, output: str, events: int, keys: int) -> None:
-    """Create the input and output topics and fill the input with ``events`` records."""
-    from confluent_kafka import Producer  # noqa: PLC0415
-    from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics(
-        [NewTopic(t, PARTITIONS, 1) for t in (topic, output)]
-    ).values():
-        future.result()
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": "true",
-            "linger.ms": "20",
-            "partitioner": "murmur2_random",
-        }
-    )
-    rng = random.Random(42)
-    names = [f"acct:{i:08d}".encode() for i in range(keys)]
-    for i in range(events):
-        value = json.dumps({"amount": rng.randint(1, 100)}).encode()
-        key = names[rng.randrange(keys)]
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("input records not acknowledged")
-
-
-def run_case(python: str, case: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Run one case in a fresh process; its JSON report with the load beside it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [python, "-m", "benchmarks.stream_runners", case, json.dumps(args)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{case} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    report["load_1m"] = os.getloadavg()[0]
-    return report
-
-
 def bench(
     bootstrap: str,
     *,
@@ -143,7 +78,15 @@ def bench(
     """Run every case ``reps`` times, interleaved; the table rows and every run's report."""
     tag = time.monotonic_ns()
     topic, output = f"events-{tag}", f"totals-{tag}"
-    produce_input(bootstrap, topic, output, events, keys)
+    produce_input(
+        bootstrap,
+        topic,
+        output,
+        partitions=PARTITIONS,
+        events=events,
+        keys=keys,
+        key_prefix="acct",
+    )
     runs: list[dict[str, Any]] = []
     for rep in range(reps):
         for label in cadences:
@@ -166,7 +109,7 @@ def bench(
                 }
                 python = quix_python if case == "quix" else sys.executable
                 assert python is not None
-                report = run_case(python, case, args)
+                report = run_case(python, "benchmarks.stream_runners", case, args)
                 report.update(case=case, guarantee=guarantee, cadence=label, rep=rep)
                 runs.append(report)
                 print(
@@ -304,31 +247,16 @@ def markdown_table(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _default_quix_python() -> str | None:
-    candidate = ROOT / ".cache" / "quix-venv" / "bin" / "python"
-    return str(candidate) if candidate.exists() else None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Start a broker, run the cases, print the table and the JSON line (and ``--json``)."""
-    from benchmarks.cluster_bench import _broker  # noqa: PLC0415
-
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stream_bench")
-    parser.add_argument("--size", choices=sorted(SIZES), default="quick")
-    parser.add_argument("--reps", type=int)
-    parser.add_argument("--cadence", action="append", choices=sorted(CADENCES))
+    add_arguments(parser, SIZES, CADENCES)
     parser.add_argument(
         "--case",
         action="append",
         choices=[f"{c}:{g}" for c, g in CASES],
         help="only these cases (case:guarantee)",
     )
-    parser.add_argument(
-        "--quix-python",
-        default=_default_quix_python(),
-        help="interpreter with quixstreams installed (default: .cache/quix-venv, if there)",
-    )
-    parser.add_argument("--json", type=Path, help="also write the JSON report here")
     parser.add_argument(
         "--table", type=Path, help="print the docs table of this JSON report and stop"
     )
@@ -340,41 +268,33 @@ def main(argv: list[str] | None = None) -> int:
     reps = args.reps or sizes["reps"]
     cadences = args.cadence or list(CADENCES)
     cases = [tuple(c.split(":")) for c in args.case] if args.case else CASES
-    uptime_before = _uptime()
-    with scratch_dir("stream-bench") as work:
-        broker = _broker(work / "broker")
-        try:
-            results, runs = bench(
-                broker.bootstrap_servers,
-                events=sizes["events"],
-                keys=sizes["keys"],
-                reps=reps,
-                cadences=cadences,
-                cases=cases,  # type: ignore[arg-type]
-                quix_python=args.quix_python,
-                work=work,
-            )
-        finally:
-            broker.kill()
-    uptime_after = _uptime()
-    print_table(results, title=f"stream_bench ({args.size}, reps={reps}, medians)")
-    print(f"uptime before: {uptime_before}\nuptime after:  {uptime_after}")
-    line = emit_json(
+    results, runs, uptimes = run_on_broker(
+        "stream-bench",
+        lambda bootstrap, work: bench(
+            bootstrap,
+            events=sizes["events"],
+            keys=sizes["keys"],
+            reps=reps,
+            cadences=cadences,
+            cases=cases,  # type: ignore[arg-type]
+            quix_python=args.quix_python,
+            work=work,
+        ),
+    )
+    publish(
         "stream",
+        f"stream_bench ({args.size}, reps={reps}, medians)",
         results,
-        extra={
+        runs,
+        uptimes,
+        {
             "size": args.size,
             "events": sizes["events"],
             "keys": sizes["keys"],
             "partitions": PARTITIONS,
-            "runs": runs,
-            "uptime": [uptime_before, uptime_after],
-            "machine": machine_info(),
         },
+        args.json,
     )
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(json.loads(line), indent=1, sort_keys=True) + "\n")
     return 0
 
 

@@ -25,43 +25,22 @@ runs in a virtualenv of its own (Quix Streams pins an older confluent-kafka).
 from __future__ import annotations
 
 import json
-import resource
 import struct
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._stream_common import (
+    Clock,
+    processor_config,
+    quix_application,
+    run_processor,
+    runner_main,
+)
+
 _SIGN_BIT = 1 << 63
 _INT64 = struct.Struct(">Q")
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-class _Clock:
-    """Wall and CPU time from the first record processed to :meth:`stop`."""
-
-    def __init__(self) -> None:
-        self.started: tuple[float, float] | None = None
-        self.stopped: tuple[float, float] | None = None
-
-    def start(self) -> None:
-        self.started = (time.perf_counter(), _cpu_s())
-
-    def stop(self) -> None:
-        self.stopped = (time.perf_counter(), _cpu_s())
-
-    def report(self, records: int) -> dict[str, Any]:
-        assert self.started is not None
-        assert self.stopped is not None
-        return {
-            "records": records,
-            "wall_s": self.stopped[0] - self.started[0],
-            "cpu_s": self.stopped[1] - self.started[1],
-        }
 
 
 # Client settings shared by the statestore runtime and the raw loops (statestore's own
@@ -86,31 +65,11 @@ CONSUMER = {
 
 def run_statestore(args: dict[str, Any]) -> dict[str, Any]:
     """statestore's :class:`~statestore.kafka.Processor` with one store of running sums."""
-    from statestore.kafka import (  # noqa: PLC0415
-        KafkaClientError,
-        KafkaStoreSpec,
-        Processor,
-        ProcessorConfig,
-    )
+    from statestore.kafka import KafkaStoreSpec, Processor  # noqa: PLC0415
     from statestore.serdes import BytesSerde, IntSerde  # noqa: PLC0415
 
-    events = int(args["events"])
-    every = int(args["commit_every"])
     output = args["output"]
-    count_based = every > 0
-    config = ProcessorConfig(
-        application_id=args["app"],
-        bootstrap_servers=args["bootstrap"],
-        input_topics=(args["input"],),
-        output_topics=(output,),
-        instance_id="bench",
-        processing_guarantee=args["guarantee"],
-        commit_interval_ms=600_000 if count_based else int(args["commit_interval_ms"]),
-        commit_every_records=every if count_based else 1 << 40,
-        poll_records=every if count_based else 500,
-        transaction_timeout_ms=900_000 if count_based else 60_000,
-    )
-    clock = _Clock()
+    config = processor_config(args, processing_guarantee=args["guarantee"])
     loads = json.loads
     dumps = json.dumps
 
@@ -123,28 +82,9 @@ def run_statestore(args: dict[str, Any]) -> dict[str, Any]:
 
     spec = KafkaStoreSpec(name="sums", key_serde=BytesSerde(), value_serde=IntSerde())
     processor = Processor(config, Path(args["state_dir"]), [spec], process)
-    processor.start()
-    partitions = int(args["partitions"])
-    before = 0
-    try:
-        while processor.processed_records < events:
-            try:
-                processor.poll_once(0.1)
-            except KafkaClientError as exc:
-                if clock.started is not None:
-                    raise
-                # A restore that failed before the timing starts (a new changelog topic
-                # whose leader is not known yet): the task is restored again.
-                print(f"restore retried: {exc}", file=sys.stderr)
-            if clock.started is None and len(processor.assignment) == partitions:
-                # every task restored and running: the steady state starts here
-                clock.start()
-                before = processor.processed_records
-        processor.commit()
-        clock.stop()
-    finally:
-        processor.close()
-    return clock.report(processor.processed_records - before)
+    # a restore that fails before the timing starts (a new changelog topic whose leader
+    # is not known yet) is retried
+    return run_processor(processor, args, retry_restore=True)
 
 
 def run_raw(args: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +138,7 @@ def run_raw(args: dict[str, Any]) -> dict[str, Any]:
     sums: dict[bytes, int] = {}
     dirty: dict[int, dict[bytes, bytes]] = {p: {} for p in range(partitions)}
     positions: dict[int, int] = {}
-    clock = _Clock()
+    clock = Clock()
     loads = json.loads
     dumps = json.dumps
     pack = _INT64.pack
@@ -273,26 +213,12 @@ def run_quix(args: dict[str, Any]) -> dict[str, Any]:
     settings (``retry.backoff.ms``, ``linger.ms``, ``fetch.queue.backoff.ms``).
     Timed until ``Application.run`` returns (its last checkpoint and close).
     """
-    from quixstreams import Application  # noqa: PLC0415
-
     events = int(args["events"])
-    every = int(args["commit_every"])
     eos = args["guarantee"] == "exactly_once_v2"
-    app = Application(
-        broker_address=args["bootstrap"],
-        consumer_group=args["app"],
-        auto_offset_reset="earliest",
-        processing_guarantee="exactly-once" if eos else "at-least-once",
-        commit_every=every,
-        commit_interval=600.0 if every > 0 else int(args["commit_interval_ms"]) / 1000,
-        state_dir=args["state_dir"],
-        consumer_extra_config={"fetch.queue.backoff.ms": 10},
-        producer_extra_config={"linger.ms": 5, "retry.backoff.ms": 10},
-        loglevel="WARNING",
-    )
+    app = quix_application(args, "exactly-once" if eos else "at-least-once")
     source = app.topic(args["input"], value_deserializer="json")
     sink = app.topic(args["output"], value_serializer="json")
-    clock = _Clock()
+    clock = Clock()
     seen = 0
 
     def add(value: dict[str, Any], state: Any) -> dict[str, Any]:
@@ -317,9 +243,7 @@ RUNNERS = {"statestore": run_statestore, "raw": run_raw, "quix": run_quix}
 
 def main(argv: list[str]) -> int:
     """Run ``argv[0]`` with the JSON arguments ``argv[1]``; print the JSON report."""
-    case, args = argv[0], json.loads(argv[1])
-    print(json.dumps(RUNNERS[case](args)), flush=True)
-    return 0
+    return runner_main(RUNNERS, argv)
 
 
 if __name__ == "__main__":

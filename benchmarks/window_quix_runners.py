@@ -32,63 +32,27 @@ virtualenv of its own (Quix Streams pins an older confluent-kafka).
 from __future__ import annotations
 
 import json
-import resource
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-class _Clock:
-    """Wall and CPU time from :meth:`start` to :meth:`stop`."""
-
-    def __init__(self) -> None:
-        self.started: tuple[float, float] | None = None
-        self.stopped: tuple[float, float] | None = None
-
-    def start(self) -> None:
-        self.started = (time.perf_counter(), _cpu_s())
-
-    def stop(self) -> None:
-        self.stopped = (time.perf_counter(), _cpu_s())
-
-    def report(self, records: int) -> dict[str, Any]:
-        assert self.started is not None
-        assert self.stopped is not None
-        return {
-            "records": records,
-            "wall_s": self.stopped[0] - self.started[0],
-            "cpu_s": self.stopped[1] - self.started[1],
-        }
+from benchmarks._stream_common import (
+    Clock,
+    processor_config,
+    quix_application,
+    run_processor,
+    runner_main,
+)
 
 
 def run_statestore(args: dict[str, Any]) -> dict[str, Any]:
     """statestore's Processor with a window store of counts (module docstring)."""
-    from statestore.kafka import KafkaStoreSpec, Processor, ProcessorConfig  # noqa: PLC0415
+    from statestore.kafka import KafkaStoreSpec, Processor  # noqa: PLC0415
     from statestore.serdes import BytesSerde, LongSerde  # noqa: PLC0415
 
-    events = int(args["events"])
-    every = int(args["commit_every"])
     window = int(args["window_ms"])
     output = args["output"]
-    count_based = every > 0
-    config = ProcessorConfig(
-        application_id=args["app"],
-        bootstrap_servers=args["bootstrap"],
-        input_topics=(args["input"],),
-        output_topics=(output,),
-        instance_id="bench",
-        commit_interval_ms=600_000 if count_based else int(args["commit_interval_ms"]),
-        commit_every_records=every if count_based else 1 << 40,
-        poll_records=every if count_based else 500,
-        transaction_timeout_ms=900_000 if count_based else 60_000,
-    )
-    clock = _Clock()
+    config = processor_config(args)
     dumps = json.dumps
 
     def process(context: Any, message: Any) -> None:
@@ -110,20 +74,7 @@ def run_statestore(args: dict[str, Any]) -> dict[str, Any]:
         value_serde=LongSerde(),
     )
     processor = Processor(config, Path(args["state_dir"]), [spec], process)
-    processor.start()
-    partitions = int(args["partitions"])
-    before = 0
-    try:
-        while processor.processed_records < events:
-            processor.poll_once(0.1)
-            if clock.started is None and len(processor.assignment) == partitions:
-                clock.start()  # every task restored and running: the steady state
-                before = processor.processed_records
-        processor.commit()
-        clock.stop()
-    finally:
-        processor.close()
-    return clock.report(processor.processed_records - before)
+    return run_processor(processor, args)
 
 
 def run_quix(args: dict[str, Any]) -> dict[str, Any]:
@@ -133,25 +84,11 @@ def run_quix(args: dict[str, Any]) -> dict[str, Any]:
     ``linger.ms``, ``fetch.queue.backoff.ms``).  Timed until ``Application.run``
     returns (its last checkpoint and close).
     """
-    from quixstreams import Application  # noqa: PLC0415
-
     events = int(args["events"])
-    every = int(args["commit_every"])
-    app = Application(
-        broker_address=args["bootstrap"],
-        consumer_group=args["app"],
-        auto_offset_reset="earliest",
-        processing_guarantee="exactly-once",
-        commit_every=every,
-        commit_interval=600.0 if every > 0 else int(args["commit_interval_ms"]) / 1000,
-        state_dir=args["state_dir"],
-        consumer_extra_config={"fetch.queue.backoff.ms": 10},
-        producer_extra_config={"linger.ms": 5, "retry.backoff.ms": 10},
-        loglevel="WARNING",
-    )
+    app = quix_application(args, "exactly-once")
     source = app.topic(args["input"], value_deserializer="json")
     sink = app.topic(args["output"], value_serializer="json")
-    clock = _Clock()
+    clock = Clock()
     seen = 0
 
     def count(_value: Any) -> None:
@@ -175,9 +112,7 @@ RUNNERS = {"statestore": run_statestore, "quix": run_quix}
 
 def main(argv: list[str]) -> int:
     """Run ``argv[0]`` with the JSON arguments ``argv[1]``; print the JSON report."""
-    case, args = argv[0], json.loads(argv[1])
-    print(json.dumps(RUNNERS[case](args)), flush=True)
-    return 0
+    return runner_main(RUNNERS, argv)
 
 
 if __name__ == "__main__":
