@@ -8,9 +8,6 @@ stores always agree on the commit number), windows included.
 from __future__ import annotations
 
 import random
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +18,7 @@ from statestore.serdes import LongSerde
 from statestore.stores.time.timestamped import ValueAndTimestamp
 from statestore.stores.time.window import Windowed
 from tests.statestore.helpers import NO_CLEANER
+from tests.statestore.time.harness import kill9_writer, open_window_store
 
 WRITER = r"""
 import sys
@@ -68,14 +66,7 @@ def _check(state_dir: Path, mode: str) -> int:
     with StateManager(state_dir, config=NO_CLEANER) as manager:
         n = manager.store("kv", config=config).get("commit", 0)
         ts = manager.timestamped_store("ts", value_serde=LongSerde(), config=config)
-        win = manager.window_store(
-            "win",
-            window_size_ms=10,
-            retention_ms=2_000,
-            segment_interval_ms=100,
-            value_serde=LongSerde(),
-            config=config,
-        )
+        win = open_window_store(manager, config)
         sessions = manager.session_store(
             "sess",
             retention_ms=2_000,
@@ -112,26 +103,8 @@ def test_kill9_across_store_types_loses_nothing_and_shows_no_partial_commit(
     state_dir = tmp_path / "state"
     rng = random.Random(mode)
     for trial in range(4):
-        err_path = tmp_path / f"writer-{trial}.err"
-        with err_path.open("w") as err:
-            child = subprocess.Popen(
-                [sys.executable, "-c", WRITER, str(state_dir), mode],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
-            assert child.stdout is not None
-            acked: list[int] = []
-            for _ in range(rng.randint(20, 300)):  # kill after a random number of acknowledgements
-                line = child.stdout.readline()
-                if not line:
-                    break
-                acked.append(int(line))
-            child.send_signal(signal.SIGKILL)
-            # the rest through the same buffered reader (readline may have read ahead)
-            acked += [int(line) for line in child.stdout.read().splitlines() if line.strip()]
-            child.stdout.close()
-            child.wait(timeout=120)
-        assert acked, err_path.read_text()
+        acked = kill9_writer(
+            WRITER, state_dir, mode, tmp_path / f"writer-{trial}.err", rng, (20, 300)
+        )
         n = _check(state_dir, mode)
         assert n in (acked[-1], acked[-1] + 1), (trial, n, acked[-1])

@@ -13,9 +13,6 @@ never back (none resurrected).
 from __future__ import annotations
 
 import random
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from statestore.manager import StateManager
 from statestore.serdes import LongSerde
 from statestore.stores.time.settings import TtlSettings
 from tests.statestore.helpers import NO_CLEANER
+from tests.statestore.time.harness import kill9_writer, open_window_store
 
 BASE = 1_000_000
 STEP = 10
@@ -91,14 +89,7 @@ def _check(state_dir: Path, mode: str, clock_ms: int) -> int:
             "ttl", ttl=TtlSettings(ttl_ms=TTL_MS), value_serde=LongSerde(), config=config
         )
         ts = manager.timestamped_store("ts", value_serde=LongSerde(), config=config)
-        win = manager.window_store(
-            "win",
-            window_size_ms=10,
-            retention_ms=2_000,
-            segment_interval_ms=100,
-            value_serde=LongSerde(),
-            config=config,
-        )
+        win = open_window_store(manager, config)
         assert dict(ttl.items()) == _expected_ttl(n, clock_ms)
         for key in [f"e{k}" for k in range(KEYS)]:
             assert ttl.get(key) == _expected_ttl(n, clock_ms).get(key)
@@ -121,27 +112,9 @@ def test_kill9_with_a_ttl_store_loses_nothing_and_resurrects_nothing(
     state_dir = tmp_path / "state"
     rng = random.Random(mode)
     for trial in range(4):
-        err_path = tmp_path / f"writer-{trial}.err"
-        with err_path.open("w") as err:
-            child = subprocess.Popen(
-                [sys.executable, "-c", WRITER, str(state_dir), mode],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
-            assert child.stdout is not None
-            acked: list[int] = []
-            for _ in range(rng.randint(40, 200)):  # kill after a random number of acknowledgements
-                line = child.stdout.readline()
-                if not line:
-                    break
-                acked.append(int(line))
-            child.send_signal(signal.SIGKILL)
-            # the rest through the same buffered reader (readline may have read ahead)
-            acked += [int(line) for line in child.stdout.read().splitlines() if line.strip()]
-            child.stdout.close()
-            child.wait(timeout=120)
-        assert acked, err_path.read_text()
+        acked = kill9_writer(
+            WRITER, state_dir, mode, tmp_path / f"writer-{trial}.err", rng, (40, 200)
+        )
         # the child's clock reached at most commit acked + 2 (it writes one commit ahead of its print)
         clock_ms = BASE + STEP * (acked[-1] + 2)
         n = _check(state_dir, mode, clock_ms)

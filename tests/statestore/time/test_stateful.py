@@ -19,101 +19,27 @@ window model does not describe.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, rule
 
-from changelog.cleaner.clean import clean_log
-from changelog.config import LogConfig
-from statestore.config import RestoreMode, StoreConfig
-from statestore.manager import StateManager
+from statestore.config import StoreConfig
 from statestore.serdes import LongSerde
 from statestore.stores.time.timestamped import ValueAndTimestamp
 from statestore.stores.time.versioned import VersionedRecord
 from statestore.stores.time.window import Windowed
-from tests.statestore.helpers import NO_CLEANER, engine_of
+from tests.statestore.helpers import engine_of
+from tests.statestore.time.harness import RestartingMachine
 
-MODES = st.sampled_from(["full", "incremental"])
-LOG = LogConfig(segment_bytes=400, index_interval_bytes=64)
-NOW = 10**9
 RETENTION = 100
 SEGMENT = 40
 SIZE = 10
 
 
-class _Restarts(RuleBasedStateMachine):
-    """Open/close/crash/compact shared by both machines; subclasses open their store."""
-
-    name = "s"
-    clock_ms = NOW
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.root = Path(tempfile.mkdtemp(prefix="statestore-time-"))
-        self.state_dir = self.root / "state"
-        self.snapshot: Path | None = None
-        self.snapshots = 0
-        self._open("full")
-
-    def _open_store(self, config: StoreConfig) -> Any:
-        raise NotImplementedError
-
-    def _check_committed(self) -> None:
-        raise NotImplementedError
-
-    def _open(self, mode: RestoreMode) -> None:
-        self.manager = StateManager(
-            self.state_dir, lambda: self.clock_ms, config=NO_CLEANER, log_config=LOG
-        )
-        self.store = self._open_store(StoreConfig(restore_mode=mode, flush_interval_records=10**9))
-        self.pending: dict[Any, Any] = {}
-        self._check_committed()
-        self.snapshot = None
-        if mode == "incremental":
-            self.snapshots += 1
-            self.snapshot = self.root / f"snapshot-{self.snapshots}"
-            engine_of(self.store.inner).checkpoint(self.snapshot)
-
-    def teardown(self) -> None:
-        self.manager.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    @rule()
-    def compact(self) -> None:
-        (log,) = self.store.changelogs
-        log.roll()
-        clean_log(log, force=True)
-        clean_log(log, force=True)
-
-    @rule(mode=MODES)
-    def reopen(self, mode: RestoreMode) -> None:
-        self.manager.close()
-        self._open(mode)
-
-    @rule(mode=MODES)
-    def crash(self, mode: RestoreMode) -> None:
-        self.manager.crash()
-        self._open(mode)
-
-    @precondition(lambda self: self.snapshot is not None)
-    @rule()
-    def crash_losing_unflushed_rocksdb_writes(self) -> None:
-        assert self.snapshot is not None
-        snapshot = self.snapshot
-        self.manager.crash()
-        rocksdb = self.state_dir / f"{self.name}-rocksdb-0"
-        shutil.rmtree(rocksdb)
-        shutil.copytree(snapshot, rocksdb)
-        self._open("incremental")
-
-
-class TimestampedMachine(_Restarts):
+class TimestampedMachine(RestartingMachine):
     """A timestamped key-value store against ``{key: (value, timestamp)}``."""
 
     name = "ts"
@@ -179,7 +105,7 @@ class TimestampedMachine(_Restarts):
 WKEYS = st.sampled_from(["a", "ab", "b", ""])
 
 
-class WindowMachine(_Restarts):
+class WindowMachine(RestartingMachine):
     """A window store against ``{(key, start): (value, timestamp)}`` plus the stream time."""
 
     name = "win"
@@ -279,7 +205,7 @@ class WindowMachine(_Restarts):
         )
 
 
-class SessionMachine(_Restarts):
+class SessionMachine(RestartingMachine):
     """A session store against ``{(key, start, end): aggregate}`` plus the stream time."""
 
     name = "sess"
@@ -398,7 +324,7 @@ class SessionMachine(_Restarts):
             ]
 
 
-class VersionedMachine(_Restarts):
+class VersionedMachine(RestartingMachine):
     """A versioned store against ``{(key, timestamp): value or None}`` plus the stream time.
 
     The clock stands at 0, so the changelog's ``min_compaction_lag_ms`` keeps

@@ -16,71 +16,51 @@ the reads and restore enforce expiry).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, rule
 
-from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
-from statestore.config import RestoreMode, StoreConfig
-from statestore.manager import StateManager
+from statestore.config import StoreConfig
 from statestore.serdes import LongSerde
 from statestore.stores.time.settings import TtlSettings
 from statestore.stores.time.timestamped import ValueAndTimestamp
-from tests.statestore.helpers import NO_CLEANER, engine_of
+from tests.statestore.time.harness import RestartingMachine
 
-MODES = st.sampled_from(["full", "incremental"])
 KEYS = st.sampled_from(["a", "b", "c", "d"])
 TTL = 100
 LOG = LogConfig(segment_bytes=400, index_interval_bytes=64, delete_retention_ms=30)
 START = 10**9
 
 
-class TtlMachine(RuleBasedStateMachine):
+class TtlMachine(RestartingMachine):
     """A TTL store (record timestamps) against ``{key: (value, timestamp)}`` and a clock."""
 
+    name = "t"
+    log_config = LOG
+    tmp_prefix = "statestore-ttl-"
     sweep_interval_ms = 0
 
     def __init__(self) -> None:
-        super().__init__()
         self.clock_ms = START
         self.committed: dict[str, tuple[int, int]] = {}
-        self.root = Path(tempfile.mkdtemp(prefix="statestore-ttl-"))
-        self.state_dir = self.root / "state"
-        self.snapshot: Path | None = None
-        self.snapshots = 0
-        self._open("full")
+        super().__init__()
 
-    # ----------------------------------------------------------- lifecycle
-
-    def _open(self, mode: RestoreMode) -> None:
-        self.manager = StateManager(
-            self.state_dir, lambda: self.clock_ms, config=NO_CLEANER, log_config=LOG
-        )
-        self.store = self.manager.ttl_store(
-            "t",
+    def _open_store(self, config: StoreConfig) -> Any:
+        return self.manager.ttl_store(
+            self.name,
             ttl=TtlSettings(
                 ttl_ms=TTL, timestamp="record", sweep_interval_ms=self.sweep_interval_ms
             ),
             value_serde=LongSerde(),
-            config=StoreConfig(restore_mode=mode, flush_interval_records=10**9),
+            config=config,
         )
-        self.pending: dict[str, tuple[int, int] | None] = {}
-        assert self._actual() == self._live(self.committed)
-        self.snapshot = None
-        if mode == "incremental":
-            self.snapshots += 1
-            self.snapshot = self.root / f"snapshot-{self.snapshots}"
-            engine_of(self.store.inner).checkpoint(self.snapshot)
 
-    def teardown(self) -> None:
-        self.manager.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+    def _check_committed(self) -> None:
+        assert self._actual() == self._live(self.committed)
 
     # ----------------------------------------------------------- the model
 
@@ -139,34 +119,6 @@ class TtlMachine(RuleBasedStateMachine):
     @rule(step=st.integers(1, TTL * 2))
     def advance(self, step: int) -> None:
         self.clock_ms += step
-
-    @rule()
-    def compact(self) -> None:
-        (log,) = self.store.changelogs
-        log.roll()
-        clean_log(log, force=True)
-        clean_log(log, force=True)
-
-    @rule(mode=MODES)
-    def reopen(self, mode: RestoreMode) -> None:
-        self.manager.close()
-        self._open(mode)
-
-    @rule(mode=MODES)
-    def crash(self, mode: RestoreMode) -> None:
-        self.manager.crash()
-        self._open(mode)
-
-    @precondition(lambda self: self.snapshot is not None)
-    @rule()
-    def crash_losing_unflushed_rocksdb_writes(self) -> None:
-        assert self.snapshot is not None
-        snapshot = self.snapshot
-        self.manager.crash()
-        rocksdb = self.state_dir / "t-rocksdb-0"
-        shutil.rmtree(rocksdb)
-        shutil.copytree(snapshot, rocksdb)
-        self._open("incremental")
 
     # ----------------------------------------------------------- checks
 
