@@ -1,8 +1,8 @@
 """Harness pieces the tests of stores in time share.
 
 :class:`RestartingMachine`: the restarts of a Hypothesis state machine over one store
-(reopen, crash, crash with RocksDB back at its last flush, compact).  :func:`kill9_writer`:
-a writer process killed with SIGKILL after some acknowledged commits.
+(reopen, crash, crash with RocksDB back at its last flush, compact).  :func:`kill9_trials`:
+a writer process killed with SIGKILL after some acknowledged commits, again and again.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,16 @@ class RestartingMachine(RuleBasedStateMachine):
         self.manager.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def _with_pending(self, committed: dict[Any, Any]) -> dict[Any, Any]:
+        """``committed`` with the pending writes applied (``None``: deleted)."""
+        view = dict(committed)
+        for key, entry in self.pending.items():
+            if entry is None:
+                view.pop(key, None)
+            else:
+                view[key] = entry
+        return view
+
     @rule()
     def compact(self) -> None:
         (log,) = self.store.changelogs
@@ -99,6 +110,18 @@ class RestartingMachine(RuleBasedStateMachine):
         shutil.rmtree(rocksdb)
         shutil.copytree(snapshot, rocksdb)
         self._open("incremental")
+
+
+def kill9_trials(
+    writer: str, tmp_path: Path, mode: str, acks: tuple[int, int], trials: int = 4
+) -> Iterator[tuple[int, Path, list[int]]]:
+    """``trials`` runs of :func:`kill9_writer` on one state directory (random: seeded by
+    ``mode``): after each kill, the trial, the state directory and the acknowledged commits."""
+    state_dir = tmp_path / "state"
+    rng = random.Random(mode)
+    for trial in range(trials):
+        err_path = tmp_path / f"writer-{trial}.err"
+        yield trial, state_dir, kill9_writer(writer, state_dir, mode, err_path, rng, acks)
 
 
 def kill9_writer(

@@ -7,7 +7,6 @@ stores always agree on the commit number), windows included.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from statestore.serdes import LongSerde
 from statestore.stores.time.timestamped import ValueAndTimestamp
 from statestore.stores.time.window import Windowed
 from tests.statestore.helpers import NO_CLEANER
-from tests.statestore.time.harness import kill9_writer, open_window_store
+from tests.statestore.time.harness import kill9_trials, open_window_store
 
 WRITER = r"""
 import sys
@@ -100,11 +99,6 @@ def _check(state_dir: Path, mode: str) -> int:
 def test_kill9_across_store_types_loses_nothing_and_shows_no_partial_commit(
     tmp_path: Path, mode: str
 ) -> None:
-    state_dir = tmp_path / "state"
-    rng = random.Random(mode)
-    for trial in range(4):
-        acked = kill9_writer(
-            WRITER, state_dir, mode, tmp_path / f"writer-{trial}.err", rng, (20, 300)
-        )
+    for trial, state_dir, acked in kill9_trials(WRITER, tmp_path, mode, (20, 300)):
         n = _check(state_dir, mode)
         assert n in (acked[-1], acked[-1] + 1), (trial, n, acked[-1])

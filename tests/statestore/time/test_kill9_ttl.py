@@ -12,7 +12,6 @@ never back (none resurrected).
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from statestore.manager import StateManager
 from statestore.serdes import LongSerde
 from statestore.stores.time.settings import TtlSettings
 from tests.statestore.helpers import NO_CLEANER
-from tests.statestore.time.harness import kill9_writer, open_window_store
+from tests.statestore.time.harness import kill9_trials, open_window_store
 
 BASE = 1_000_000
 STEP = 10
@@ -109,12 +108,7 @@ def _check(state_dir: Path, mode: str, clock_ms: int) -> int:
 def test_kill9_with_a_ttl_store_loses_nothing_and_resurrects_nothing(
     tmp_path: Path, mode: str
 ) -> None:
-    state_dir = tmp_path / "state"
-    rng = random.Random(mode)
-    for trial in range(4):
-        acked = kill9_writer(
-            WRITER, state_dir, mode, tmp_path / f"writer-{trial}.err", rng, (40, 200)
-        )
+    for trial, state_dir, acked in kill9_trials(WRITER, tmp_path, mode, (40, 200)):
         # the child's clock reached at most commit acked + 2 (it writes one commit ahead of its print)
         clock_ms = BASE + STEP * (acked[-1] + 2)
         n = _check(state_dir, mode, clock_ms)

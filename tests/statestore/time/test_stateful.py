@@ -52,13 +52,7 @@ class TimestampedMachine(RestartingMachine):
         return self.manager.timestamped_store(self.name, value_serde=LongSerde(), config=config)
 
     def _expected(self) -> dict[str, tuple[int, int]]:
-        view = dict(self.committed)
-        for key, entry in self.pending.items():
-            if entry is None:
-                view.pop(key, None)
-            else:
-                view[key] = entry
-        return view
+        return self._with_pending(self.committed)
 
     def _check_committed(self) -> None:
         assert self._actual() == self.committed
@@ -130,13 +124,7 @@ class WindowMachine(RestartingMachine):
         return max([self.committed_stream_time, *starts])
 
     def _merged(self) -> dict[tuple[str, int], tuple[int, int]]:
-        view = dict(self.committed)
-        for window, entry in self.pending.items():
-            if entry is None:
-                view.pop(window, None)
-            else:
-                view[window] = entry
-        return view
+        return self._with_pending(self.committed)
 
     def _visible(self) -> dict[tuple[str, int], tuple[int, int]]:
         horizon = self._stream_time() - RETENTION
@@ -228,13 +216,7 @@ class SessionMachine(RestartingMachine):
         return max([self.committed_stream_time, *(end for _k, _s, end in self.pending)])
 
     def _merged(self) -> dict[tuple[str, int, int], int]:
-        view = dict(self.committed)
-        for session, value in self.pending.items():
-            if value is None:
-                view.pop(session, None)
-            else:
-                view[session] = value
-        return view
+        return self._with_pending(self.committed)
 
     def _visible(self) -> dict[tuple[str, int, int], int]:
         horizon = self._stream_time() - RETENTION

@@ -69,13 +69,7 @@ class TtlMachine(RestartingMachine):
         return {key: entry for key, entry in view.items() if entry[1] > cutoff}
 
     def _expected(self) -> dict[str, tuple[int, int]]:
-        view = dict(self.committed)
-        for key, entry in self.pending.items():
-            if entry is None:
-                view.pop(key, None)
-            else:
-                view[key] = entry
-        return self._live(view)
+        return self._live(self._with_pending(self.committed))
 
     def _actual(self) -> dict[str, tuple[int, int]]:
         return {
@@ -101,12 +95,7 @@ class TtlMachine(RestartingMachine):
 
     @rule()
     def commit(self) -> None:
-        view = dict(self.committed)
-        for key, entry in self.pending.items():
-            if entry is None:
-                view.pop(key, None)
-            else:
-                view[key] = entry
+        view = self._with_pending(self.committed)
         self.manager.commit()
         self.committed = view
         self.pending = {}
