@@ -116,6 +116,69 @@ def run_case(python: str, module: str, case: str, args: dict[str, Any]) -> dict[
     return report
 
 
+def case_args(
+    bootstrap: str,
+    topic: str,
+    output: str,
+    *,
+    app: str,
+    events: int,
+    cadence: tuple[int, int],
+    work: Path,
+    partitions: int,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A runner's JSON arguments: topics, group ``app`` (its state under ``work``), how many
+    records, the cadence (records per transaction, 0: time-based; commit interval in ms)."""
+    every, interval_ms = cadence
+    return {
+        "bootstrap": bootstrap,
+        "input": topic,
+        "output": output,
+        "app": app,
+        "events": events,
+        "commit_every": every,
+        "commit_interval_ms": interval_ms,
+        "state_dir": str(work / app),
+        "partitions": partitions,
+        **extra,
+    }
+
+
+def run_and_print(
+    quix_python: str | None,
+    module: str,
+    case: str,
+    args: dict[str, Any],
+    *,
+    columns: str,
+    cpu_width: int,
+    **tags: Any,
+) -> dict[str, Any]:
+    """:func:`run_case` in this interpreter (``quix``: in ``quix_python``); the report tagged
+    with ``case`` and ``tags``, its progress line printed after ``columns``."""
+    python = quix_python if case == "quix" else sys.executable
+    assert python is not None, "the quix case needs an interpreter with quixstreams"
+    report = run_case(python, module, case, args)
+    report.update(case=case, **tags)
+    print(
+        f"{columns} {rate(report):>10.0f} rec/s {cpu_us(report):{cpu_width}.2f} us/rec"
+        f"  load {report['load_1m']:.1f}",
+        flush=True,
+    )
+    return report
+
+
+def rate(report: Mapping[str, Any]) -> float:
+    """A run's records per second (wall)."""
+    return float(report["records"] / report["wall_s"])
+
+
+def cpu_us(report: Mapping[str, Any]) -> float:
+    """A run's client CPU per record, in microseconds."""
+    return float(report["cpu_s"] / report["records"] * 1e6)
+
+
 def default_quix_python() -> str | None:
     """The interpreter of ``.cache/quix-venv``, if there."""
     candidate = ROOT / ".cache" / "quix-venv" / "bin" / "python"

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,16 @@ from benchmarks._harness import (
     Target,
     median,
 )
-from benchmarks._stream_common import add_arguments, produce_input, publish, run_case, run_on_broker
+from benchmarks._stream_common import (
+    add_arguments,
+    case_args,
+    cpu_us,
+    produce_input,
+    publish,
+    rate,
+    run_and_print,
+    run_on_broker,
+)
 
 PARTITIONS = 6
 
@@ -95,29 +103,29 @@ def bench(
                 if case == "quix" and quix_python is None:
                     continue
                 app = f"{case}-{guarantee[:3]}-{every or 't'}-{rep}-{time.monotonic_ns()}"
-                args = {
-                    "bootstrap": bootstrap,
-                    "input": topic,
-                    "output": output,
-                    "app": app,
-                    "events": events,
-                    "guarantee": guarantee,
-                    "commit_every": every,
-                    "commit_interval_ms": interval_ms,
-                    "state_dir": str(work / app),
-                    "partitions": PARTITIONS,
-                }
-                python = quix_python if case == "quix" else sys.executable
-                assert python is not None
-                report = run_case(python, "benchmarks.stream_runners", case, args)
-                report.update(case=case, guarantee=guarantee, cadence=label, rep=rep)
-                runs.append(report)
-                print(
-                    f"{label:12} {case:10} {guarantee:16} {report['records'] / report['wall_s']:>10.0f}"
-                    f" rec/s {report['cpu_s'] / report['records'] * 1e6:6.2f} us/rec"
-                    f"  load {report['load_1m']:.1f}",
-                    flush=True,
+                args = case_args(
+                    bootstrap,
+                    topic,
+                    output,
+                    app=app,
+                    events=events,
+                    cadence=(every, interval_ms),
+                    work=work,
+                    partitions=PARTITIONS,
+                    guarantee=guarantee,
                 )
+                report = run_and_print(
+                    quix_python,
+                    "benchmarks.stream_runners",
+                    case,
+                    args,
+                    columns=f"{label:12} {case:10} {guarantee:16}",
+                    cpu_width=6,
+                    guarantee=guarantee,
+                    cadence=label,
+                    rep=rep,
+                )
+                runs.append(report)
     return _results(runs, cadences), runs
 
 
@@ -128,8 +136,8 @@ def _results(runs: list[dict[str, Any]], cadences: list[str]) -> list[Result]:
             for r in runs
             if r["case"] == case and r["guarantee"] == guarantee and r["cadence"] == label
         ]
-        rates = [r["records"] / r["wall_s"] for r in chosen]
-        cpu = [r["cpu_s"] / r["records"] * 1e6 for r in chosen]
+        rates = [rate(r) for r in chosen]
+        cpu = [cpu_us(r) for r in chosen]
         return rates, cpu
 
     results = []
@@ -199,8 +207,8 @@ def markdown_table(payload: dict[str, Any]) -> str:
         if not chosen:
             return None
         if what == "rate":
-            return median([r["records"] / r["wall_s"] for r in chosen])
-        return median([r["cpu_s"] / r["records"] * 1e6 for r in chosen])
+            return median([rate(r) for r in chosen])
+        return median([cpu_us(r) for r in chosen])
 
     def num(x: float | None, fmt: str) -> str:
         return "-" if x is None else format(x, fmt)

@@ -19,13 +19,21 @@ compare on this machine, under the load printed beside it.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks._harness import Result, median
-from benchmarks._stream_common import add_arguments, produce_input, publish, run_case, run_on_broker
+from benchmarks._stream_common import (
+    add_arguments,
+    case_args,
+    cpu_us,
+    produce_input,
+    publish,
+    rate,
+    run_and_print,
+    run_on_broker,
+)
 
 PARTITIONS = 6
 WINDOW_MS = 10_000
@@ -71,29 +79,28 @@ def bench(
             every, interval_ms = CADENCES[label]
             for case in cases:
                 app = f"win-{case}-{every or 't'}-{rep}-{time.monotonic_ns()}"
-                args = {
-                    "bootstrap": bootstrap,
-                    "input": topic,
-                    "output": output,
-                    "app": app,
-                    "events": events,
-                    "commit_every": every,
-                    "commit_interval_ms": interval_ms,
-                    "window_ms": WINDOW_MS,
-                    "state_dir": str(work / app),
-                    "partitions": PARTITIONS,
-                }
-                python = quix_python if case == "quix" else sys.executable
-                assert python is not None, "the quix case needs an interpreter with quixstreams"
-                report = run_case(python, "benchmarks.window_quix_runners", case, args)
-                report.update(case=case, cadence=label, rep=rep)
-                runs.append(report)
-                print(
-                    f"{label:12} {case:10} {report['records'] / report['wall_s']:>10.0f} rec/s"
-                    f" {report['cpu_s'] / report['records'] * 1e6:7.2f} us/rec"
-                    f"  load {report['load_1m']:.1f}",
-                    flush=True,
+                args = case_args(
+                    bootstrap,
+                    topic,
+                    output,
+                    app=app,
+                    events=events,
+                    cadence=(every, interval_ms),
+                    work=work,
+                    partitions=PARTITIONS,
+                    window_ms=WINDOW_MS,
                 )
+                report = run_and_print(
+                    quix_python,
+                    "benchmarks.window_quix_runners",
+                    case,
+                    args,
+                    columns=f"{label:12} {case:10}",
+                    cpu_width=7,
+                    cadence=label,
+                    rep=rep,
+                )
+                runs.append(report)
     results: list[Result] = []
     if set(cases) != set(CASES):
         return results, runs
@@ -101,8 +108,8 @@ def bench(
         chosen = {
             case: [r for r in runs if r["case"] == case and r["cadence"] == label] for case in CASES
         }
-        rates = {case: [r["records"] / r["wall_s"] for r in rs] for case, rs in chosen.items()}
-        cpu = {case: [r["cpu_s"] / r["records"] * 1e6 for r in rs] for case, rs in chosen.items()}
+        rates = {case: [rate(r) for r in rs] for case, rs in chosen.items()}
+        cpu = {case: [cpu_us(r) for r in rs] for case, rs in chosen.items()}
         results.append(
             Result(
                 name=f"EOS tumbling-window count, {label}",
