@@ -19,17 +19,14 @@ cleaning barrier allows.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from changelog.cleaner.clean import clean_log
 from changelog.config import LogConfig
 from changelog.fs import files
 from statestore.config import RestoreMode, StoreConfig
@@ -37,61 +34,45 @@ from statestore.manager import StateManager
 from statestore.serdes import MsgpackSerde, StringSerde
 from statestore.stores.typed import KeyValueStore
 from tests.statestore.helpers import NO_CLEANER, engine_of
+from tests.statestore.machines import MODES, RestartingMachine
 
 KEYS = st.sampled_from(["k0", "k1", "k2"])
 VALUES = st.integers(min_value=0, max_value=1000) | st.text(max_size=5)
-MODES = st.sampled_from(["full", "incremental"])
 
 LOG = LogConfig(segment_bytes=300, index_interval_bytes=64, delete_retention_ms=0)
 """About three small batches per segment."""
 
 
-class StoreMachine(RuleBasedStateMachine):
+class StoreMachine(RestartingMachine):
     """Drives one store; the model is ``committed`` plus ``pending``."""
 
+    name = "kv"
+    log_config = LOG
+    tmp_prefix = "statestore-stateful-"
+
     def __init__(self) -> None:
-        super().__init__()
-        self.root = Path(tempfile.mkdtemp(prefix="statestore-stateful-"))
-        self.state_dir = self.root / "state"
         self.committed: dict[str, Any] = {}
-        self.pending: dict[str, Any] = {}
-        self.snapshot: Path | None = None
-        self.manager: StateManager
         self.store: KeyValueStore[str, Any]
-        self._open("full")
+        super().__init__()
 
     # ------------------------------------------------------------ helpers
 
-    def _open(self, mode: RestoreMode) -> None:
-        self.manager = StateManager(self.state_dir, config=NO_CLEANER, log_config=LOG)
-        self.store = self.manager.store(
-            "kv",
-            key_serde=StringSerde(),
-            value_serde=MsgpackSerde(),
-            # RocksDB is flushed only when a restore ends and at a clean close, so the
-            # snapshot below is exactly what RocksDB could fall back to after a crash.
-            config=StoreConfig(restore_mode=mode, flush_interval_records=10**9),
+    def _new_manager(self) -> StateManager:
+        return StateManager(self.state_dir, config=NO_CLEANER, log_config=self.log_config)
+
+    def _open_store(self, config: StoreConfig) -> Any:
+        return self.manager.store(
+            self.name, key_serde=StringSerde(), value_serde=MsgpackSerde(), config=config
         )
-        self.pending = {}
+
+    def _engine(self) -> Any:
+        return engine_of(self.store)
+
+    def _check_committed(self) -> None:
         assert dict(self.store.items()) == self.committed
-        self.snapshot = None
-        if mode == "incremental":
-            self.snapshot = self.root / f"snapshot-{id(self.store)}"
-            shutil.rmtree(self.snapshot, ignore_errors=True)
-            engine_of(self.store).checkpoint(self.snapshot)
 
     def _expected(self) -> dict[str, Any]:
-        view = dict(self.committed)
-        for key, value in self.pending.items():
-            if value is None:
-                view.pop(key, None)
-            else:
-                view[key] = value
-        return view
-
-    def teardown(self) -> None:
-        self.manager.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        return self._with_pending(self.committed)
 
     # ------------------------------------------------------------ writes
 
@@ -124,13 +105,6 @@ class StoreMachine(RuleBasedStateMachine):
         self.store.abort()
         self.pending = {}
 
-    @rule()
-    def compact(self) -> None:
-        log = self.store.changelog
-        log.roll()
-        clean_log(log, force=True)  # a tombstone survives its first pass ...
-        clean_log(log, force=True)  # ... and goes in the next (delete_retention_ms=0) unless barred
-
     @rule(key=KEYS)
     def delete_commit_compact(self, key: str) -> None:
         """The tombstone a stale RocksDB needs is written and then offered to the cleaner."""
@@ -139,16 +113,6 @@ class StoreMachine(RuleBasedStateMachine):
         self.compact()
 
     # ------------------------------------------------------------ restarts
-
-    @rule(mode=MODES)
-    def reopen(self, mode: RestoreMode) -> None:
-        self.manager.close()
-        self._open(mode)
-
-    @rule(mode=MODES)
-    def crash(self, mode: RestoreMode) -> None:
-        self.manager.crash()
-        self._open(mode)
 
     @rule(mode=MODES)
     def crash_before_the_append(self, mode: RestoreMode) -> None:
@@ -185,18 +149,6 @@ class StoreMachine(RuleBasedStateMachine):
         self.committed = self._expected()
         self.manager.crash()
         self._open(mode)
-
-    @precondition(lambda self: self.snapshot is not None)
-    @rule()
-    def crash_losing_unflushed_rocksdb_writes(self) -> None:
-        """RocksDB (WAL off) falls back to its last flush; the changelog still has everything."""
-        assert self.snapshot is not None
-        snapshot = self.snapshot
-        self.manager.crash()
-        rocksdb = self.state_dir / "kv-rocksdb-0"
-        shutil.rmtree(rocksdb)
-        shutil.copytree(snapshot, rocksdb)
-        self._open("incremental")
 
     # ------------------------------------------------------------ checks
 

@@ -32,7 +32,7 @@ from statestore.stores.time.timestamped import ValueAndTimestamp
 from statestore.stores.time.versioned import VersionedRecord
 from statestore.stores.time.window import Windowed
 from tests.statestore.helpers import engine_of
-from tests.statestore.time.harness import RestartingMachine
+from tests.statestore.machines import RestartingMachine
 
 RETENTION = 100
 SEGMENT = 40

@@ -28,7 +28,7 @@ from statestore.config import StoreConfig
 from statestore.serdes import LongSerde
 from statestore.stores.time.settings import TtlSettings
 from statestore.stores.time.timestamped import ValueAndTimestamp
-from tests.statestore.time.harness import RestartingMachine
+from tests.statestore.machines import RestartingMachine
 
 KEYS = st.sampled_from(["a", "b", "c", "d"])
 TTL = 100
