@@ -64,6 +64,21 @@ STORE_CASES = (
 )
 
 
+def _portable(args: list[str]) -> list[str]:
+    """``args`` as a reader can re-run them: an absolute path becomes relative to the working
+    directory when it lies inside it, else its file name (no machine paths in the JSON)."""
+    out = []
+    for arg in args:
+        path = Path(arg)
+        if not path.is_absolute():
+            out.append(arg)
+        elif path.is_relative_to(Path.cwd()):
+            out.append(str(path.relative_to(Path.cwd())))
+        else:
+            out.append(path.name)
+    return out
+
+
 def _module_exists(module: str) -> bool:
     return (ROOT / (module.replace(".", "/") + ".py")).is_file()
 
@@ -198,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "mode": mode,
         "command": " ".join(
-            [Path(sys.executable).name, "-m", "benchmarks.run", *(argv or sys.argv[1:])]
+            [Path(sys.executable).name, "-m", "benchmarks.run", *_portable(argv or sys.argv[1:])]
         ),
         "started_unix": started,
         "machine": machine_info(),
