@@ -137,28 +137,7 @@ class App:
 
     def read(self, topic: str) -> list[Any]:
         """Every committed record of ``topic``, partition by partition."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"oracle-{time.monotonic_ns()}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": "false",
-            }
-        )
-        try:
-            out: list[Any] = []
-            for p in range(PARTITIONS):
-                end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                if end == 0:
-                    continue
-                consumer.assign([TopicPartition(topic, p, 0)])
-                deadline = time.monotonic() + 60
-                while consumer.position([TopicPartition(topic, p)])[0].offset < end:
-                    assert time.monotonic() < deadline, f"could not read {topic}-{p}"
-                    out.extend(m for m in consumer.consume(1000, timeout=0.5) if m.error() is None)
-            return out
-        finally:
-            consumer.close()
+        return read_committed(self.bootstrap, topic, PARTITIONS)
 
     def check(self, skipped: Sequence[int] = ()) -> None:
         """The oracle over the output topic and the changelog topic."""
@@ -242,3 +221,30 @@ def restart_and_check(app: App, state_dir: Path, skipped: Sequence[int] = ()) ->
         }
     app.check(skipped)
     assert local == app.expected(skipped)
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[Any]:
+    """Every committed record of ``topic`` (``read_committed``), partition by partition, in
+    offset order: each partition read up to the high watermark it had when reached."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"oracle-{time.monotonic_ns()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": "false",
+        }
+    )
+    try:
+        out: list[Any] = []
+        for p in range(partitions):
+            end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            if end == 0:
+                continue
+            consumer.assign([TopicPartition(topic, p, 0)])
+            deadline = time.monotonic() + 60
+            while consumer.position([TopicPartition(topic, p)])[0].offset < end:
+                assert time.monotonic() < deadline, f"could not read {topic}-{p}"
+                out.extend(m for m in consumer.consume(1000, timeout=0.5) if m.error() is None)
+        return out
+    finally:
+        consumer.close()

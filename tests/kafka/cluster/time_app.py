@@ -52,6 +52,7 @@ from statestore.kafka import (
     changelog_topic_name,
 )
 from statestore.stores.time.layout import split_session_key, split_windowed_key
+from tests.kafka.cluster.oracle import read_committed
 
 __all__ = ["PARTITIONS", "TimeApp", "run_worker", "specs"]
 
@@ -180,28 +181,7 @@ class TimeApp:
 
     def read(self, topic: str) -> list[Any]:
         """Every committed record of ``topic``, partition by partition, in offset order."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"oracle-{time.monotonic_ns()}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": "false",
-            }
-        )
-        try:
-            out: list[Any] = []
-            for p in range(PARTITIONS):
-                end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                if end == 0:
-                    continue
-                consumer.assign([TopicPartition(topic, p, 0)])
-                deadline = time.monotonic() + 60
-                while consumer.position([TopicPartition(topic, p)])[0].offset < end:
-                    assert time.monotonic() < deadline, f"could not read {topic}-{p}"
-                    out.extend(m for m in consumer.consume(1000, timeout=0.5) if m.error() is None)
-            return out
-        finally:
-            consumer.close()
+        return read_committed(self.bootstrap, topic, PARTITIONS)
 
     def last_per_key(self, store: str) -> Iterator[tuple[bytes, int, bytes | None]]:
         """``(key, CreateTime, value)`` of the last record of each key of a changelog topic."""
