@@ -48,6 +48,7 @@ SCRIPTS: dict[str, str] = {
     "txn": "benchmarks.txn_bench",
     "commit": "benchmarks.commit_bench",
     "service": "benchmarks.service_bench",
+    "aio_lag": "benchmarks.aio_lag_bench",
 }
 """Short name -> module.  ``store`` is ours; the others belong to their modules' owners."""
 

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from benchmarks import compactness_bench, offset_map_bench, plots, stream_bench, timeline_bench
+from benchmarks import (
+    aio_lag_bench,
+    compactness_bench,
+    offset_map_bench,
+    plots,
+    stream_bench,
+    timeline_bench,
+)
 from benchmarks._harness import Result, Target
 from benchmarks.run import STORE_CASES, _last_json_line, _results_from
 
@@ -255,3 +262,22 @@ def test_the_stream_table_is_the_committed_json() -> None:
     payload = json.loads((ROOT / "docs" / "bench" / "stream.json").read_text())
     assert block == stream_bench.markdown_table(payload)
     assert payload["events"] == 500_000 and payload["partitions"] == 6
+
+
+def test_aio_lag_bench_reports_every_case_against_the_idle_loop() -> None:
+    payload = _run_bench("benchmarks.aio_lag_bench", "--seconds", "0.2", "--rounds", "1")
+    assert set(payload["cases"]) == set(aio_lag_bench.CASES)
+    rows = {row["name"]: row for row in payload["results"]}
+    assert rows["loop lag p99 added, one_put"]["baseline_name"] == "idle loop, same run (p99)"
+    # the control shows the probe sees a loop blocked by commits made on it
+    assert rows["loop lag p50, commits on the loop (control)"]["status"] == "PASS"
+    assert all(case["wakeups"] > 0 for case in payload["cases"].values())
+
+
+def test_the_loop_lag_table_is_the_committed_json() -> None:
+    """docs/serving.md's loop-lag table is docs/bench/aio_lag.json's."""
+    text = (ROOT / "docs" / "serving.md").read_text()
+    begin, end = aio_lag_bench.TABLE_BEGIN, aio_lag_bench.TABLE_END
+    block = text[text.index(begin) + len(begin) : text.index(end)].strip("\n")
+    payload = json.loads((ROOT / "docs" / "bench" / "aio_lag.json").read_text())
+    assert block == aio_lag_bench.markdown_table(payload)
