@@ -1092,8 +1092,10 @@ class Processor:
         ``commit-latency-max`` (ms, successful commits); the restore's progress
         (KIP-869's names): ``restore-total`` (changelog records restored since
         the start) and ``restore-remaining-records-total`` (records between the
-        restoring partitions' positions and their end offsets).  Between polls,
-        on the processor's thread.
+        restoring partitions' positions and their end offsets).  Any thread (a
+        Prometheus scrape, :class:`statestore.metrics.prometheus.ProcessorCollector`):
+        it reads counters, locked stats and copies; a read racing with
+        :meth:`close` may raise.
         """
         restored, remaining = (0, 0) if self._restorer is None else self._restorer.progress()
         return {
@@ -1208,7 +1210,8 @@ class Processor:
     @property
     def tasks(self) -> dict[int, TaskState]:
         """The state of every assigned task, by partition."""
-        return {p: task.state for p, task in self._tasks.items()}
+        # list() copies in one C call: a scrape thread may read while a rebalance assigns
+        return {p: task.state for p, task in list(self._tasks.items())}
 
     def _running(self) -> list[Task]:
         return [task for task in self._tasks.values() if task.state is TaskState.RUNNING]

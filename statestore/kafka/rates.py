@@ -11,11 +11,14 @@ its rates).
 Invariants: ``_samples`` is ordered by start time, holds at most
 ``num_samples`` samples, and the last one is the one being filled.
 
-Thread-safety: not thread-safe; the processor's thread records and reads.
+Thread-safety: thread-safe.  The processor's thread records; a metrics scrape
+reads from any thread.  ``_lock`` guards ``_samples`` (a read may start a new
+window); it is taken once per poll batch and once per commit.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Final
@@ -52,6 +55,7 @@ class SampledStat:
         self._num_samples = num_samples
         self._clock = clock
         self._samples = [_Sample(clock())]
+        self._lock = threading.Lock()
 
     def _current(self, now: float) -> _Sample:
         sample = self._samples[-1]
@@ -63,32 +67,41 @@ class SampledStat:
 
     def record(self, value: float, count: int = 1) -> None:
         """Add ``count`` observations summing to ``value`` (the maximum sees ``value / count``)."""
-        sample = self._current(self._clock())
-        sample.count += count
-        sample.total += value
         each = value / count if count else 0.0
-        if each > sample.max:  # noqa: PLR1730 - once per poll or commit, plain compare
-            sample.max = each
+        with self._lock:
+            sample = self._current(self._clock())
+            sample.count += count
+            sample.total += value
+            if each > sample.max:  # noqa: PLR1730 - once per poll or commit, plain compare
+                sample.max = each
 
-    def _kept(self) -> list[_Sample]:
-        now = self._clock()
-        self._current(now)
-        return [s for s in self._samples if now - s.start_s < self._window_s * self._num_samples]
+    def _kept(self, now: float) -> list[tuple[float, int, float, float]]:
+        """``(start, count, total, max)`` of the samples kept at ``now``, copied under the lock."""
+        with self._lock:
+            self._current(now)
+            horizon = self._window_s * self._num_samples
+            return [
+                (s.start_s, s.count, s.total, s.max)
+                for s in self._samples
+                if now - s.start_s < horizon
+            ]
 
     def rate(self) -> float:
         """Observations a second over the samples kept (Kafka's ``Rate`` of a count)."""
-        kept = self._kept()
+        now = self._clock()
+        kept = self._kept(now)
         if not kept:
             return 0.0
-        elapsed = max(self._clock() - kept[0].start_s, 0.001)
-        return sum(s.count for s in kept) / elapsed
+        elapsed = max(now - kept[0][0], 0.001)
+        return sum(count for _start, count, _total, _max in kept) / elapsed
 
     def avg(self) -> float:
         """Mean observation over the samples kept (0.0 with none; Kafka's ``Avg`` gives NaN)."""
-        kept = self._kept()
-        count = sum(s.count for s in kept)
-        return sum(s.total for s in kept) / count if count else 0.0
+        kept = self._kept(self._clock())
+        count = sum(count for _start, count, _total, _max in kept)
+        return sum(total for _start, _count, total, _max in kept) / count if count else 0.0
 
     def max(self) -> float:
         """Largest observation over the samples kept (0.0 with none)."""
-        return max((s.max for s in self._kept() if s.count), default=0.0)
+        kept = self._kept(self._clock())
+        return max((high for _start, count, _total, high in kept if count), default=0.0)

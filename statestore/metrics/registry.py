@@ -113,13 +113,16 @@ class MetricDefinition:
 
         The group loses Kafka's ``-metrics`` suffix (``stream-state-metrics`` ->
         ``stream_state``); a name in seconds ends in ``_seconds`` (unless it
-        says ``secs`` already, as Kafka's ``max-clean-time-secs``).  Rates have
+        says ``secs`` already, as Kafka's ``max-clean-time-secs``), one in
+        milliseconds in ``_ms`` (Kafka Streams' ``commit-latency-avg``).  Rates have
         no family: Prometheus derives rates from counters with ``rate()``.
         """
         group = _snake(self.group.removesuffix("-metrics"))
         name = _snake(self.name)
         if self.unit == "seconds" and not name.endswith(("_seconds", "_secs")):
             name += "_seconds"
+        elif self.unit == "ms" and not name.endswith("_ms"):
+            name += "_ms"
         return f"statestore_{group}_{name}"
 
 

@@ -13,6 +13,7 @@ from statestore.metrics.definitions import (
     TTL_METRICS,
 )
 from statestore.metrics.registry import MetricDefinition
+from statestore.metrics.runtime import RUNTIME_METRICS
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 
@@ -97,3 +98,7 @@ def test_the_prometheus_snippet_runs_and_serves_metrics(tmp_path: Path) -> None:
         'statestore_stream_state_records_committed_total{partition="0",store="users"} 1.0'
         in done.stdout
     )
+
+
+def test_the_processor_table_is_the_catalog() -> None:
+    assert doc_rows(r"The processor \(distributed mode\)") == [doc_row(d) for d in RUNTIME_METRICS]
