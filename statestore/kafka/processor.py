@@ -644,6 +644,7 @@ class Processor:
                 max_record_bytes=self._specs[name].max_record_bytes,
                 time_settings=self._specs[name].time,
                 now_ms=self._wall_clock_ms,
+                record_cache_max_entries=self._specs[name].record_cache_max_entries,
             )
             for name, engine in result.engines.items()
         }

@@ -85,6 +85,9 @@ V = TypeVar("V")
 PRODUCER_MAX_MESSAGE_BYTES: Final = 1_000_000
 """The producer's default ``message.max.bytes``: the largest batch it sends."""
 
+DEFAULT_RECORD_CACHE_MAX_ENTRIES: Final = 10_000
+"""Committed values a key-value store partition keeps in its record cache by default."""
+
 ChangelogRecords = tuple[list[tuple[bytes, bytes | None]], list[int] | None]
 """A commit's changelog records of one store partition: ``(key, value)`` pairs and their
 timestamps (``None``: the producer stamps them, as for key-value stores)."""
@@ -122,6 +125,12 @@ class KafkaStoreSpec:
     (:meth:`ttl`) expires as in local mode, except that the broker's cleaner knows no TTL:
     expired values leave the topic by the sweep's tombstones, and a restore or a standby
     applies a value that has expired as a delete (:meth:`expiry_cutoff_ms`)."""
+    record_cache_max_entries: int = attrs.field(
+        default=DEFAULT_RECORD_CACHE_MAX_ENTRIES, validator=attrs.validators.ge(0)
+    )
+    """How many committed values each partition of a key-value store keeps in memory
+    (:class:`~statestore.stores.caching.CachingStore`, Kafka Streams' record cache): a get
+    of a cached key does not read RocksDB.  ``0``: no cache.  Stores in time have none."""
 
     @classmethod
     def timestamped(
@@ -404,6 +413,7 @@ class TaskStore(Generic[K, V]):
         metrics: MetricsRegistry | None = None,
         time_settings: TimeSettings | None = None,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        record_cache_max_entries: int = DEFAULT_RECORD_CACHE_MAX_ENTRIES,
     ) -> None:
         """Build the stack over ``engine`` (restored from the topic; owned from here on).
 
@@ -413,6 +423,9 @@ class TaskStore(Generic[K, V]):
         broker's).  With ``time_settings`` (and ``engine`` opened by
         :meth:`KafkaStoreSpec.open_engine`) the store is that store in time,
         whose default timestamps and tombstone timestamps come from ``now_ms``.
+        A key-value store (no ``time_settings``) keeps up to ``record_cache_max_entries``
+        committed values in a record cache (``0``: none; see
+        :attr:`KafkaStoreSpec.record_cache_max_entries`).
         """
         self._part = TopicChangeLoggingStore(store=name, partition=partition, engine=engine)
         self._record_format: RecordFormat = (
@@ -433,6 +446,7 @@ class TaskStore(Generic[K, V]):
             value_serde=inner_value,
             max_record_bytes=max_record_bytes,
             committer=None,
+            cache_max_entries=record_cache_max_entries if plain else 0,
             reader=StoreReader(
                 name=name,
                 engines=[engine],

@@ -25,7 +25,9 @@ For each partition ``p`` of a :class:`~statestore.stores.spec.StoreSpec`:
    time, :attr:`StoreSpec.time <statestore.stores.spec.StoreSpec.time>`), and
    restore it (``created -> restoring -> open``);
 4. wrap that in a :class:`~statestore.stores.buffer.WriteBuffer` (the
-   writes of the current commit);
+   writes of the current commit); in distributed mode a key-value store's
+   change-logging layer is first wrapped in a record cache of committed values
+   (:class:`~statestore.stores.caching.CachingStore`, :func:`wrap_partitions`);
 5. with metrics on, wrap that in a :class:`~statestore.stores.metered.MeteredStore`
    (Kafka Streams' ``MeteredKeyValueStore``) over step 0's metrics.
 
@@ -70,6 +72,7 @@ from statestore.metrics.registry import MetricsRegistry
 from statestore.serdes import BytesSerde, Serde
 from statestore.stores.buffer import WriteBuffer
 from statestore.stores.bytes_store import BytesStore, ChangeLogging
+from statestore.stores.caching import CachingStore
 from statestore.stores.change_logging import ChangeLoggingStore
 from statestore.stores.engine import RocksDBEngine
 from statestore.stores.metered import MeteredStore, PartitionMetrics
@@ -200,6 +203,7 @@ def wrap_partitions(
     committer: Committer | None,
     reader: StoreReader[Any, Any],
     route: KeyRoute | None = None,
+    cache_max_entries: int = 0,
 ) -> KeyValueStore[Any, Any]:
     """Steps 4-5 and the top of the stack over restored change-logging layers, in both modes.
 
@@ -212,14 +216,20 @@ def wrap_partitions(
     (closing it closes them).  ``committer`` commits the store (``None``: the
     distributed runtime does); ``reader`` is the store's reader for other
     threads (:meth:`~statestore.KeyValueStore.reader`); ``route`` is how the router picks
-    a key's partition (a store in time: :func:`partition_route`).  The one place where the
+    a key's partition (a store in time: :func:`partition_route`).  ``cache_max_entries``
+    (> 0) puts a record cache of that many committed values
+    (:class:`~statestore.stores.caching.CachingStore`) between each change-logging layer
+    and its write buffer; only a caller whose RocksDB nothing but the stack's commits
+    changes may ask for it (distributed mode's key-value stores).  The one place where the
     write buffer's fast path is granted (see the module docstring).  Constructs nothing that can
     fail halfway: the layers only take references.
     """
     layers: list[BytesStore] = []
     fast_path: Pending | None = None
     for part, meter in parts:
-        buffer = WriteBuffer(part)
+        buffer = WriteBuffer(
+            part if cache_max_entries == 0 else CachingStore(part, max_entries=cache_max_entries)
+        )
         layers.append(buffer if meter is None else MeteredStore(buffer, meter))
         if len(parts) == 1 and (meter is None or not meter.operations_recorded):
             fast_path = buffer.fast_path()
