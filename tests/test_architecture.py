@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "statestore.stores.restore": 15,
     "statestore.stores.reader": 15,
     "statestore.stores.change_logging": 16,
+    "statestore.stores.caching": 16,
     "statestore.stores.buffer": 17,
     "statestore.stores.metered": 18,
     "statestore.stores.partitioned": 19,

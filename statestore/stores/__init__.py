@@ -8,6 +8,7 @@
       partitioned.PartitionedStore     N partitions routed by murmur2 (only when N > 1)
         metered.MeteredStore             counts and times (only when metrics are on)
           buffer.WriteBuffer               the writes of the current commit (read-your-writes)
+            caching.CachingStore             committed values in memory (distributed key-value stores)
             change_logging.ChangeLoggingStore   changelog append + RocksDB apply; owns the Log
               restore, reader                    replay into the engine; committed reads
                 engine.RocksDBEngine               RocksDB, bytes in and out, applied offset
