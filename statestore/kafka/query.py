@@ -33,22 +33,24 @@ for the processor runtime:
   (``max_lag_records`` and/or ``max_staleness_ms``); one outside its bound
   raises :class:`~statestore.kafka.errors.StandbyTooStaleError`.
 
-Lag of a standby: the end of a changelog partition, for a ``read_committed``
-reader, is its **last stable offset** (every transaction committed before it
-lies below; Kafka's ``endOffsets`` under ``read_committed``), which the
-processor asks the broker for every ``query_metadata_refresh_ms``
-(:meth:`InteractiveQueries.tend`, one ``list_offsets`` request).
-``offset_lag`` is that end minus the standby's position; ``caught_up_ms`` is
-the time the request for the newest end the standby has reached was *sent*,
-so the standby holds every transaction that ``read_committed`` readers could
-see at ``caught_up_ms``, and ``staleness_ms`` at a read (``now -
-caught_up_ms``) bounds what is missing: nothing that was visible longer ago
-than that.  (``None``: never caught up.)  The staleness of
-a caught-up standby is therefore at least the age of the last request, up to
-``query_metadata_refresh_ms``.  Visible is not acknowledged:
-``commit_transaction`` returns once the coordinator logged the decision, and
-the last stable offset moves when the commit markers reach the partition,
-shortly after (docs/serving.md gives the delay measured).
+Lag of a standby.  Every ``query_metadata_refresh_ms`` the processor asks the
+broker for the two ends of each standby's changelog partition
+(:meth:`InteractiveQueries.tend`, ``list_offsets`` requests, never waited for):
+the **last stable offset** (the end a ``read_committed`` reader can reach;
+Kafka's ``endOffsets`` under ``read_committed``) and the **high watermark**
+(every record acknowledged before the request lies below it, its transaction
+decided or not).  ``offset_lag`` is the last stable offset minus the standby's
+position.  ``caught_up_ms`` is the time the newest request whose *high
+watermark* the standby's position has reached was *sent*: every transaction
+whose ``commit_transaction`` returned before then had its records acknowledged
+below that high watermark, and a ``read_committed`` position at or past it has
+passed their commit markers and applied them.  So ``staleness_ms`` at a read
+(``now - caught_up_ms``) bounds what is missing: no write acknowledged longer
+ago than that (``None``: never caught up).  The commit markers' own delay is
+inside the bound, not beside it.  The staleness of a caught-up standby is at
+least the age of the last request, up to ``query_metadata_refresh_ms``; under
+steady writes, one commit interval more (the transaction open at a request must
+be decided and applied before the standby reaches its high watermark).
 
 Thread-safety: :class:`InteractiveQueries` is thread-safe: the processor's
 thread publishes immutable snapshots (:meth:`InteractiveQueries.publish_view`,
@@ -61,6 +63,7 @@ of a partition (revoked, lost) either completes or raises
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -75,7 +78,7 @@ from statestore.kafka.errors import (
     StandbyTooStaleError,
     UnknownStorePartitionError,
 )
-from statestore.kafka.topics import request_last_stable_offsets
+from statestore.kafka.topics import request_end_offsets
 from statestore.partitioner import partition_for
 from statestore.serdes import Serde
 from statestore.stores.reader import StoreReader
@@ -95,6 +98,10 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+
+HIGHS_KEPT = 64
+"""High watermarks kept per standby that its position has not reached yet (one per request,
+``query_metadata_refresh_ms`` apart); an older one dropped only makes ``caught_up_ms`` older."""
 
 Partitioner = Callable[[bytes, int], int]
 """``partitioner(serialized key, partitions) -> partition``."""
@@ -299,15 +306,19 @@ class InteractiveQueries:
         ] = {}
         """Processor's thread only: the reader of each standby engine."""
         self._caught_up: dict[tuple[str, int], int] = {}
-        """Processor's thread only: the newest ``stable_at_ms`` each standby had reached."""
+        """Processor's thread only: per standby, the time of the newest request whose high
+        watermark its position had reached."""
         self._stable: dict[tuple[str, int], int] = {}
         """Processor's thread only: last stable offsets of the standbys' changelog partitions."""
-        self._stable_at_ms = 0
-        """When ``_stable`` was asked for (wall clock, before the request)."""
+        self._highs: dict[tuple[str, int], collections.deque[tuple[int, int]]] = {}
+        """Processor's thread only: per standby, ``(asked at ms, high watermark)`` of the
+        requests its position has not reached yet, oldest first."""
         self._described: tuple[Any, int] | None = None
         """Processor's thread only: the description asked for and when, until it arrives."""
-        self._stable_asked: tuple[dict[tuple[str, int], Any], int] | None = None
-        """Processor's thread only: the stable offsets asked for and when, until they arrive."""
+        self._ends_asked: tuple[dict[tuple[str, int, bool], Any], int] | None = None
+        """Processor's thread only: the end offsets asked for (``(store, partition,
+        committed)``: the last stable offset, or the high watermark) and when, until they
+        arrive."""
 
     @property
     def endpoint(self) -> HostInfo | None:
@@ -369,20 +380,21 @@ class InteractiveQueries:
                     admin.describe_consumer_groups([group], request_timeout=5)[group],
                     self._wall_clock_ms(),
                 )
-            if ask and self._stable_asked is None and standby_partitions:
+            if ask and self._ends_asked is None and standby_partitions:
                 at_ms = self._wall_clock_ms()  # before the request: what it shows is that old
                 futures = {
-                    (name, p): future
+                    (name, p, committed): future
                     for name, changelog in changelogs.items()
-                    for p, future in request_last_stable_offsets(
-                        admin, changelog, standby_partitions
+                    for committed in (True, False)
+                    for p, future in request_end_offsets(
+                        admin, changelog, standby_partitions, committed=committed
                     ).items()
                 }
-                self._stable_asked = (futures, at_ms)
+                self._ends_asked = (futures, at_ms)
         except Exception as exc:  # noqa: BLE001 - best effort; asked again
             logger.info("query metadata not requested: %s", exc)
         if not standby_partitions:
-            self._stable = {}
+            self._stable, self._highs = {}, {}
         if self._described is not None and self._described[0].done():
             future, asked_ms = self._described
             self._described = None
@@ -400,15 +412,25 @@ class InteractiveQueries:
                         fetched_ms=asked_ms,
                     )
                 )
-        if self._stable_asked is not None and all(f.done() for f in self._stable_asked[0].values()):
-            futures, at_ms = self._stable_asked
-            self._stable_asked = None
+        if self._ends_asked is not None and all(f.done() for f in self._ends_asked[0].values()):
+            futures, at_ms = self._ends_asked
+            self._ends_asked = None
             try:
-                stable = {key: future.result().offset for key, future in futures.items()}
+                ends = {key: future.result().offset for key, future in futures.items()}
             except Exception as exc:  # noqa: BLE001 - the lag stays as it was; asked again
                 logger.info("standby end offsets not refreshed: %s", exc)
             else:
-                self._stable, self._stable_at_ms = stable, at_ms
+                self.take_ends(ends, at_ms)
+
+    def take_ends(self, ends: Mapping[tuple[str, int, bool], int], at_ms: int) -> None:
+        """Take the end offsets of one request sent at ``at_ms`` (processor's thread):
+        ``(store, partition, committed) -> offset``, the last stable offset where
+        ``committed``, else the high watermark."""
+        self._stable = {(name, p): end for (name, p, committed), end in ends.items() if committed}
+        for (name, p, committed), end in ends.items():
+            if not committed:
+                highs = self._highs.setdefault((name, p), collections.deque(maxlen=HIGHS_KEPT))
+                highs.append((at_ms, end))
 
     def refresh_local(
         self,
@@ -419,8 +441,8 @@ class InteractiveQueries:
         """Publish ``active`` (running partitions' readers) and every standby with its lag now.
 
         Processor's thread, once per poll.  A standby's reader is built once per
-        engine it opened; it is caught up when its position reached the last
-        stable offset of :meth:`refresh_stable`, as of that request's time.
+        engine it opened; it is caught up as of a request's time when its position
+        reached that request's high watermark (module docstring).
         """
         standby: dict[str, dict[int, tuple[StoreReader[Any, Any], LagInfo]]] = {}
         kept: dict[tuple[str, int], tuple[RocksDBEngine, StoreReader[Any, Any]]] = {}
@@ -445,14 +467,14 @@ class InteractiveQueries:
                 kept[(name, p)] = cached
                 position, high = offsets
                 stable = self._stable.get((name, p))
-                if stable is None:  # no stable offset yet: the fetched high watermark, never fresh
+                if stable is None:  # no stable offset yet: the fetched high watermark
                     end, lag_records = high, max(0, high - position)
                 else:
                     end, lag_records = stable, max(0, stable - position)
-                    if lag_records == 0:
-                        self._caught_up[(name, p)] = max(
-                            self._caught_up.get((name, p), 0), self._stable_at_ms
-                        )
+                highs = self._highs.get((name, p))
+                while highs and highs[0][1] <= position:  # reached: holds what was acked then
+                    at_ms, _high = highs.popleft()
+                    self._caught_up[(name, p)] = max(self._caught_up.get((name, p), 0), at_ms)
                 lag = LagInfo(
                     current_offset=position,
                     end_offset=end,
@@ -462,6 +484,7 @@ class InteractiveQueries:
                 standby.setdefault(name, {})[p] = (cached[1], lag)
         self._standby_readers = kept
         self._caught_up = {k: v for k, v in self._caught_up.items() if k in kept}
+        self._highs = {k: v for k, v in self._highs.items() if k in kept}
         self.publish_local(active, standby)
 
     def _store_serde(self, store: str) -> Serde[Any]:

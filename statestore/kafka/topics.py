@@ -55,7 +55,7 @@ __all__ = [
     "ensure_changelog_topic",
     "ensure_changelog_topics",
     "partition_counts",
-    "request_last_stable_offsets",
+    "request_end_offsets",
     "topic_info",
     "validate_changelog_topic",
     "watermarks",
@@ -426,19 +426,20 @@ def watermarks(
     return {p: (low, high) for p, (low, high) in result.items()}
 
 
-def request_last_stable_offsets(
-    admin: Any, topic: str, partitions: Iterable[int]
+def request_end_offsets(
+    admin: Any, topic: str, partitions: Iterable[int], *, committed: bool
 ) -> dict[int, Any]:
-    """``partition -> future`` of the last stable offset: the end a ``read_committed`` reader
-    can reach (every transaction committed before the request lies below it, an open one does
-    not).  A future's result has ``.offset``; a failed request raises from ``result()``."""
+    """``partition -> future`` of the partition's end: with ``committed``, the last stable
+    offset (the end a ``read_committed`` reader can reach: every transaction committed before
+    the request lies below it, an open one does not); without, the high watermark (every
+    record acknowledged before the request lies below it, decided or not).  A future's result
+    has ``.offset``; a failed request raises from ``result()``."""
     from confluent_kafka import IsolationLevel, TopicPartition  # noqa: PLC0415
 
     offset_spec = _admin_api().OffsetSpec
     request = {TopicPartition(topic, p): offset_spec.latest() for p in partitions}
     if not request:
         return {}
-    futures = admin.list_offsets(
-        request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10
-    )
+    isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=10)
     return {tp.partition: future for tp, future in futures.items()}

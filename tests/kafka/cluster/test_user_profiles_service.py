@@ -58,11 +58,6 @@ STALE_BOUND_MS = 3000
 """The ``max_staleness_ms`` half of the reads ask for (a standby may answer them)."""
 CLOCK_SLACK_S = 0.01
 """Wall-clock rounding between the client's and the server's millisecond stamps."""
-VISIBILITY_ALLOWANCE_S = 2.0
-"""How long after its acknowledgement a write may still be invisible to ``read_committed``
-readers: ``commit_transaction`` returns once the coordinator logged the decision, and the
-commit markers reach the partitions after that (the standby's staleness is measured against
-the last stable offset, which moves only with the markers)."""
 
 
 class Instance:
@@ -263,12 +258,11 @@ async def _reader(
             if missing:  # acknowledged before the horizon, not yet visible to the standby
                 behind_s = horizon - min(missing)
                 model.visibility_lag_s = max(model.visibility_lag_s, behind_s)
-                if behind_s > VISIBILITY_ALLOWANCE_S:
-                    model.violations.append(
-                        f"{user}: standby {answer.headers.get('x-statestore-served-by')} read"
-                        f" {seq} declared {staleness_s}s stale, but a write acknowledged"
-                        f" {behind_s:.3f}s before that horizon is missing"
-                    )
+                model.violations.append(
+                    f"{user}: standby {answer.headers.get('x-statestore-served-by')} read"
+                    f" {seq} declared {staleness_s}s stale, but a write acknowledged"
+                    f" {behind_s:.3f}s before that horizon is missing"
+                )
         else:
             model.violations.append(f"{user}: answer without a role ({answer.status_code})")
 

@@ -84,6 +84,8 @@ class FakeCluster:
     def __init__(self) -> None:
         self.topics: dict[str, list[list[Record]]] = {}
         self.ends: dict[tuple[str, int], int] = {}
+        self.highs: dict[tuple[str, int], int] = {}
+        """High watermarks above ``ends`` (records of undecided transactions); default: the end."""
         self.configs: dict[str, dict[str, str]] = {}
         self.group_offsets: dict[tuple[str, int], int] = {}
         self.producers: list[FakeTxnProducer] = []
@@ -186,13 +188,17 @@ class FakeAdmin:
             self.cluster.create(topic.topic, topic.num_partitions, topic.config)
         return {topic.topic: _done(None) for topic in new}
 
-    def list_offsets(self, request: Mapping[Any, Any], **_kw: Any) -> dict[Any, Any]:
+    def list_offsets(self, request: Mapping[Any, Any], **kw: Any) -> dict[Any, Any]:
+        committed = getattr(kw.get("isolation_level"), "name", "") != "READ_UNCOMMITTED"
+
+        def latest(key: tuple[str, int]) -> int:
+            end = self.cluster.ends[key]
+            return end if committed else self.cluster.highs.get(key, end)
+
         return {
             tp: _done(
                 _Offset(
-                    0
-                    if type(spec).__name__ == "EarliestSpec"
-                    else self.cluster.ends[(tp.topic, tp.partition)]
+                    0 if type(spec).__name__ == "EarliestSpec" else latest((tp.topic, tp.partition))
                 )
             )
             for tp, spec in request.items()
