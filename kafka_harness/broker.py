@@ -85,6 +85,7 @@ class KafkaBroker:
         jvm_opts: Sequence[str] = BROKER_JVM_OPTS,
         sasl_users: Mapping[str, str] | None = None,
         ssl_keystore: tuple[Path, str] | None = None,
+        mtls_truststore: Path | None = None,
     ) -> None:
         self.dist = dist
         self.sasl_users = dict(sasl_users or {})
@@ -95,8 +96,17 @@ class KafkaBroker:
         self.ssl_keystore = ssl_keystore
         """A PKCS12 keystore (path, password) holding the broker's key and certificate: if
         given, an ``SSL`` listener (TLS, no client authentication) is added beside
-        ``PLAINTEXT`` (:attr:`ssl_bootstrap_servers`)."""
+        ``PLAINTEXT`` (:attr:`ssl_bootstrap_servers`).  With ``sasl_users`` too, a ``SASL_SSL``
+        listener (SASL over TLS, the same users and mechanisms) is added as well
+        (:attr:`sasl_ssl_bootstrap_servers`)."""
         self.ssl_port = 0
+        self.sasl_ssl_port = 0
+        self.mtls_truststore = mtls_truststore
+        """A PEM file of the certificates (or CAs) of the clients the broker trusts: if given
+        (with ``ssl_keystore``), a listener named ``MTLS`` (protocol ``SSL``,
+        ``ssl.client.auth=required``) is added (:attr:`mtls_bootstrap_servers`); its
+        principal is the client certificate's distinguished name, ``User:CN=...``."""
+        self.mtls_port = 0
         self.jvm_opts = tuple(jvm_opts)
         """JVM options of the broker (default: C1 only and a small heap, for short tests)."""
         self.work_dir = work_dir
@@ -130,6 +140,20 @@ class KafkaBroker:
         if self._proc is None or self.ssl_keystore is None:
             raise KafkaRuntimeError("the broker is not running with an SSL listener")
         return f"127.0.0.1:{self.ssl_port}"
+
+    @property
+    def sasl_ssl_bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>`` of the running broker's ``SASL_SSL`` listener."""
+        if self._proc is None or not self.sasl_users or self.ssl_keystore is None:
+            raise KafkaRuntimeError("the broker is not running with a SASL_SSL listener")
+        return f"127.0.0.1:{self.sasl_ssl_port}"
+
+    @property
+    def mtls_bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>`` of the running broker's ``MTLS`` listener (client certificates)."""
+        if self._proc is None or self.ssl_keystore is None or self.mtls_truststore is None:
+            raise KafkaRuntimeError("the broker is not running with an MTLS listener")
+        return f"127.0.0.1:{self.mtls_port}"
 
     @property
     def pid(self) -> int:
@@ -177,34 +201,46 @@ class KafkaBroker:
             "log.cleaner.threads": "1",
             "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
         }
+        taken = {self.port, controller_port}
+
+        def listener(name: str, protocol: str, port: int) -> int:
+            """Add listener ``name`` (``protocol``) on ``port`` (a new free one if 0)."""
+            if not (keep_ports and port):
+                port = free_port()
+                while port in taken:
+                    port = free_port()
+            taken.add(port)
+            settings["listeners"] += f",{name}://127.0.0.1:{port}"
+            settings["advertised.listeners"] += f",{name}://127.0.0.1:{port}"
+            settings["listener.security.protocol.map"] += f",{name}:{protocol}"
+            return port
+
+        plain_login = "org.apache.kafka.common.security.plain.PlainLoginModule"
+        users = " ".join(f'user_{name}="{secret}"' for name, secret in self.sasl_users.items())
+        sasl_listeners = []
         if self.sasl_users:
-            if not (keep_ports and self.sasl_port):
-                self.sasl_port = free_port()
-                while self.sasl_port in (self.port, controller_port):
-                    self.sasl_port = free_port()
-            sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
-            users = " ".join(f'user_{name}="{secret}"' for name, secret in self.sasl_users.items())
-            settings["listeners"] += f",{sasl}"
-            settings["advertised.listeners"] += f",{sasl}"
-            settings["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            self.sasl_port = listener("SASL_PLAINTEXT", "SASL_PLAINTEXT", self.sasl_port)
+            sasl_listeners.append("sasl_plaintext")
             settings["sasl.enabled.mechanisms"] = "PLAIN"
-            settings["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-            )
         if self.ssl_keystore is not None:
-            if not (keep_ports and self.ssl_port):
-                self.ssl_port = free_port()
-                while self.ssl_port in (self.port, controller_port, self.sasl_port):
-                    self.ssl_port = free_port()
+            self.ssl_port = listener("SSL", "SSL", self.ssl_port)
             keystore, password = self.ssl_keystore
-            tls = f"SSL://127.0.0.1:{self.ssl_port}"
-            settings["listeners"] += f",{tls}"
-            settings["advertised.listeners"] += f",{tls}"
-            settings["listener.security.protocol.map"] += ",SSL:SSL"
             settings["ssl.keystore.type"] = "PKCS12"
             settings["ssl.keystore.location"] = str(keystore)
             settings["ssl.keystore.password"] = password
             settings["ssl.key.password"] = password
+            if self.sasl_users:
+                self.sasl_ssl_port = listener("SASL_SSL", "SASL_SSL", self.sasl_ssl_port)
+                sasl_listeners.append("sasl_ssl")
+            if self.mtls_truststore is not None:
+                self.mtls_port = listener("MTLS", "SSL", self.mtls_port)
+                settings["listener.name.mtls.ssl.client.auth"] = "required"
+                settings["listener.name.mtls.ssl.truststore.type"] = "PEM"
+                settings["listener.name.mtls.ssl.truststore.location"] = str(self.mtls_truststore)
+        for name in sasl_listeners:
+            settings[f"listener.name.{name}.plain.sasl.jaas.config"] = (
+                f"{plain_login} required {users};"
+            )
         settings.update(overrides)
         lines = [f"{key}={value}" for key, value in settings.items()]
         self.config_file.write_text("\n".join(lines) + "\n")
