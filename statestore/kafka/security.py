@@ -9,17 +9,33 @@ producer, the main consumer and the restore and standby consumers.
 Secrets (``sasl_password``, ``ssl_key_password``) are masked in the repr, so
 they never reach a log line, a metric label or an error message built from
 the configuration.
+
+:func:`await_cluster` is the first call of a start: it asks the cluster for
+its metadata in short slices and refuses at once, with a
+:class:`~statestore.kafka.errors.KafkaClientError`, when librdkafka reports
+a connection that no retry lets in (:class:`ConnectionErrors`: a TLS
+handshake that failed on either side, a SASL authentication that failed),
+instead of waiting out the metadata timeout.  librdkafka's messages name the
+broker and the reason, never a password.
 """
 
 from __future__ import annotations
 
-from typing import Final, Literal
+import time
+from typing import Any, Final, Literal
 
 import attrs
 
 from statestore.errors import InvalidStoreConfigError
+from statestore.kafka.errors import KafkaClientError, client_error
 
-__all__ = ["SaslMechanism", "SecurityConfig", "SecurityProtocol"]
+__all__ = [
+    "ConnectionErrors",
+    "SaslMechanism",
+    "SecurityConfig",
+    "SecurityProtocol",
+    "await_cluster",
+]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -146,3 +162,65 @@ class SecurityConfig:
             }
             settings.update({key: value for key, value in optional.items() if value is not None})
         return settings
+
+
+_REFUSED_CODES: Final = frozenset({"_SSL", "_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED"})
+_TLS_ALERT: Final = "ssl/tls alert"
+"""In a ``_TRANSPORT`` reason: the broker ended the TLS handshake (it refused our certificate,
+or wanted one and got none), e.g. ``ssl/tls alert certificate unknown``."""
+_SLICE_S: Final = 1.0
+
+
+class ConnectionErrors:
+    """librdkafka's client-level errors (pass the instance as ``error_cb``): keeps the first
+    that means this client will never get in.
+
+    Refused: ``_SSL`` (our side of the TLS handshake failed: the broker's
+    certificate is not trusted or not its host's), ``_AUTHENTICATION`` /
+    ``SASL_AUTHENTICATION_FAILED`` (wrong mechanism, user or password), and a
+    ``_TRANSPORT`` error whose reason is a TLS alert from the broker (our client
+    certificate refused or missing).  Everything else (a broker down, a timeout)
+    may heal and is ignored.
+
+    Thread-safety: librdkafka calls it on the thread that polls the client;
+    :attr:`refused` is read after that poll, on the same thread.
+    """
+
+    def __init__(self) -> None:
+        self.refused: tuple[str, str] | None = None
+        """``(librdkafka error name, reason)`` of the first refusal seen, or ``None``."""
+
+    def __call__(self, error: Any) -> None:
+        """librdkafka's ``error_cb``: ``error`` is a ``KafkaError``."""
+        if self.refused is not None:
+            return
+        name, reason = str(error.name()), str(error.str())
+        if name in _REFUSED_CODES or (name == "_TRANSPORT" and _TLS_ALERT in reason.lower()):
+            self.refused = (name, reason)
+
+
+def await_cluster(admin: Any, errors: ConnectionErrors, *, timeout_s: float = 30) -> None:
+    """Return once ``admin`` (made with ``error_cb=errors``) gets the cluster's metadata.
+
+    Asks in slices of a second; after a failed slice it serves the client's
+    callbacks (``admin.poll(0)``) and raises :class:`KafkaClientError`
+    (operation ``connect``, ``code`` the librdkafka error name) at once if
+    ``errors`` saw a refusal, or the last failure after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            admin.list_topics(timeout=max(0.001, min(_SLICE_S, remaining)))
+        except Exception as exc:
+            admin.poll(0)
+            if errors.refused is not None:
+                code, reason = errors.refused
+                raise KafkaClientError("connect", code, reason) from exc
+            if time.monotonic() >= deadline:
+                error: Any = exc.args[0] if exc.args else None
+                if hasattr(error, "name") and hasattr(error, "str"):  # a librdkafka KafkaError
+                    raise client_error("connect", error.name(), error.str()) from exc
+                raise KafkaClientError("connect", type(exc).__name__, str(exc)) from exc
+        else:
+            return

@@ -14,8 +14,10 @@ those docs/scale-out.md lists, granted by ``User:admin``.
   certificate's principal lack one topic each: the start fails with
   :class:`AuthorizationFailedError`, nothing is written (the topic list and the
   topics' end offsets unchanged where the refusal comes before ``init_transactions``).
-* A processor that does not trust the broker's certificate, or whose client
-  certificate the broker does not trust, is refused at start and creates nothing.
+* A processor that does not trust the broker's certificate, whose client
+  certificate the broker does not trust, or whose SCRAM password is wrong, is
+  refused at start within seconds (not the metadata timeout) with a
+  :class:`KafkaClientError` naming librdkafka's reason, and creates nothing.
 * No password, SCRAM secret or key passphrase appears in the captured logs
   (Python's and librdkafka's stderr), in the errors (str and repr), in the
   configs' reprs, or in ``processor.metrics()`` and its Prometheus scrape.
@@ -30,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 from prometheus_client import CollectorRegistry, generate_latest
@@ -335,10 +338,43 @@ def test_a_processor_that_does_not_trust_the_certificate_is_refused_at_start(
     processor = app.processor(
         tmp_path, bootstrap_servers=secured.broker.ssl_bootstrap_servers, security=security
     )
-    with pytest.raises(KafkaClientError):
+    started = time.monotonic()
+    with pytest.raises(KafkaClientError) as refused:
         processor.start()
+    took_s = time.monotonic() - started
     processor.close()
+    assert refused.value.code == "_SSL", refused.value  # certificate verify failed
+    assert took_s < 15, f"refused after {took_s:.1f}s: the metadata timeout was waited out"
     assert topics(secured.broker) == before, "a refused start created a topic"
+
+
+def test_a_wrong_password_is_refused_at_start_without_showing_it(
+    secured: Secured,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    app = App(secured.broker.bootstrap_servers, "sec-wrong-password")
+    grant(secured.broker, "User:sara", app)
+    wrong = "wr0ng-Scr4m512-Guess"
+    security = attrs.evolve(_sara(secured), sasl_password=wrong)  # sara exists, not with this
+    before = topics(secured.broker)
+    with caplog.at_level(logging.DEBUG):
+        processor = app.processor(
+            tmp_path, bootstrap_servers=secured.broker.sasl_ssl_bootstrap_servers, security=security
+        )
+        started = time.monotonic()
+        with pytest.raises(KafkaClientError) as refused:
+            processor.start()
+        took_s = time.monotonic() - started
+        processor.close()
+    assert refused.value.code == "_AUTHENTICATION", refused.value
+    assert took_s < 15, f"refused after {took_s:.1f}s: the metadata timeout was waited out"
+    assert topics(secured.broker) == before, "a refused start created a topic"
+    captured = capfd.readouterr()
+    texts = (str(refused.value), repr(refused.value), caplog.text, captured.out, captured.err)
+    no_secret(*texts)
+    assert not any(wrong in text for text in texts), "the wrong password leaked"
 
 
 def test_a_client_certificate_principal_runs_exactly_once_end_to_end(
@@ -375,9 +411,15 @@ def test_a_client_certificate_the_broker_does_not_trust_is_refused_at_start(
         bootstrap_servers=secured.broker.mtls_bootstrap_servers,
         security=_mtls(secured, trusted=False),
     )
+    started = time.monotonic()
     with pytest.raises(KafkaClientError) as refused:
         processor.start()
+    took_s = time.monotonic() - started
     processor.close()
+    # the broker ends the handshake with a TLS alert (certificate unknown)
+    assert refused.value.code == "_TRANSPORT", refused.value
+    assert "alert" in refused.value.reason, refused.value
+    assert took_s < 15, f"refused after {took_s:.1f}s: the metadata timeout was waited out"
     assert topics(secured.broker) == before, "a refused start created a topic"
     captured = capfd.readouterr()
     no_secret(str(refused.value), repr(refused.value), captured.out, captured.err)

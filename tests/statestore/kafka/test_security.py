@@ -14,9 +14,17 @@ from typing import Any
 
 import attrs
 import pytest
+from confluent_kafka import KafkaException
 
 from statestore.errors import InvalidStoreConfigError
-from statestore.kafka import KafkaStoreSpec, Processor, ProcessorConfig, SecurityConfig
+from statestore.kafka import (
+    KafkaClientError,
+    KafkaStoreSpec,
+    Processor,
+    ProcessorConfig,
+    SecurityConfig,
+)
+from statestore.kafka.security import ConnectionErrors, await_cluster
 from statestore.serdes import IntSerde, StringSerde
 from tests.statestore.kafka.fake_cluster import FakeAdmin, FakeClients, FakeCluster
 
@@ -179,3 +187,74 @@ def test_inconsistent_settings_are_refused(kwargs: dict[str, Any], setting: str)
     with pytest.raises(InvalidStoreConfigError) as refused:
         SecurityConfig(**kwargs)
     assert refused.value.setting == setting
+
+
+class _Error:
+    """A librdkafka ``KafkaError`` as ``error_cb`` and a failed call see it."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self._name, self._reason = name, reason
+
+    def name(self) -> str:
+        return self._name
+
+    def str(self) -> str:
+        return self._reason
+
+
+class _Unreachable:
+    """An admin client whose metadata calls fail ``failures`` times with ``_TRANSPORT``; each
+    ``poll`` delivers the next of ``reports`` to ``error_cb`` (librdkafka serves its callbacks
+    only in a poll)."""
+
+    def __init__(self, error_cb: Any, failures: int, reports: list[_Error]) -> None:
+        self.error_cb, self.failures, self.reports = error_cb, failures, list(reports)
+        self.calls: list[float] = []
+
+    def list_topics(self, timeout: float) -> object:
+        self.calls.append(timeout)
+        if len(self.calls) <= self.failures:
+            raise KafkaException(_Error("_TRANSPORT", "Failed to get metadata"))
+        return object()
+
+    def poll(self, _timeout: float) -> int:
+        if self.reports:
+            self.error_cb(self.reports.pop(0))
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("report", "code"),
+    [
+        (_Error("_SSL", "SSL handshake failed: certificate verify failed"), "_SSL"),
+        (_Error("_AUTHENTICATION", "SASL authentication error: Invalid username or password"), "_AUTHENTICATION"),
+        (_Error("_TRANSPORT", "Receive failed: SSL routines::ssl/tls alert certificate unknown"), "_TRANSPORT"),
+    ],
+)  # fmt: skip
+def test_a_tls_or_sasl_refusal_fails_at_the_first_failed_slice(report: _Error, code: str) -> None:
+    errors = ConnectionErrors()
+    admin = _Unreachable(
+        errors, failures=100, reports=[_Error("_ALL_BROKERS_DOWN", "down"), report]
+    )
+    with pytest.raises(KafkaClientError) as refused:
+        await_cluster(admin, errors, timeout_s=60)
+    assert (refused.value.operation, refused.value.code) == ("connect", code)
+    assert report.str() in str(refused.value)
+    assert len(admin.calls) == 2, "refused at the poll that delivered the refusal"
+    assert all(timeout <= 1.0 for timeout in admin.calls)
+
+
+def test_errors_that_may_heal_are_waited_out() -> None:
+    errors = ConnectionErrors()
+    down = [_Error("_TRANSPORT", "Connection refused"), _Error("_ALL_BROKERS_DOWN", "1/1 down")]
+    admin = _Unreachable(errors, failures=2, reports=down)
+    await_cluster(admin, errors, timeout_s=60)
+    assert len(admin.calls) == 3 and errors.refused is None
+
+
+def test_the_last_failure_is_raised_at_the_timeout() -> None:
+    errors = ConnectionErrors()
+    admin = _Unreachable(errors, failures=10**9, reports=[])
+    with pytest.raises(KafkaClientError) as timed_out:
+        await_cluster(admin, errors, timeout_s=0.05)
+    assert (timed_out.value.operation, timed_out.value.code) == ("connect", "_TRANSPORT")
