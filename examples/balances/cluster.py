@@ -126,20 +126,21 @@ def _read_topic(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:
     """Last value per key of every partition of ``topic`` (read_committed, to the end)."""
     from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"verify-{os.getpid()}-{time.monotonic_ns()}",
-            "enable.auto.commit": "false",
-            "isolation.level": "read_committed",
-            "fetch.queue.backoff.ms": "10",
-        }
-    )
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"verify-{os.getpid()}-{time.monotonic_ns()}",
+        "enable.auto.commit": "false",
+        "fetch.queue.backoff.ms": "10",
+    }
+    consumer = Consumer({**settings, "isolation.level": "read_committed"})
+    # The ends are high watermarks, not this consumer's (last stable offsets): records
+    # committed behind a dead worker's open transaction are read once it is aborted.
+    watermarks = Consumer({**settings, "isolation.level": "read_uncommitted"})
     try:
         metadata = consumer.list_topics(topic, timeout=30).topics[topic]
         partitions = sorted(metadata.partitions)
         ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            p: watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
             for p in partitions
         }
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
@@ -157,6 +158,7 @@ def _read_topic(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:
         raise RuntimeError(f"could not read {topic} to its end")
     finally:
         consumer.close()
+        watermarks.close()
 
 
 def committed_balances(bootstrap: str, app: str = APPLICATION_ID) -> dict[str, int]:

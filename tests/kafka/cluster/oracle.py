@@ -225,19 +225,25 @@ def restart_and_check(app: App, state_dir: Path, skipped: Sequence[int] = ()) ->
 
 def read_committed(bootstrap: str, topic: str, partitions: int) -> list[Any]:
     """Every committed record of ``topic`` (``read_committed``), partition by partition, in
-    offset order: each partition read up to the high watermark it had when reached."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"oracle-{time.monotonic_ns()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": "false",
-        }
-    )
+    offset order: each partition read up to the high watermark it had when reached.
+
+    The high watermark, not the last stable offset (a ``read_committed`` consumer's own
+    watermark): a transaction a killed producer left open holds the last stable offset at
+    its first record, and records other producers committed after it are reachable only
+    once the coordinator aborts it (``transaction.timeout.ms``).  Reading to the high
+    watermark waits for that; stopping at the last stable offset would miss them.
+    """
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"oracle-{time.monotonic_ns()}",
+        "enable.auto.commit": "false",
+    }
+    consumer = Consumer({**settings, "isolation.level": "read_committed"})
+    ends = Consumer({**settings, "isolation.level": "read_uncommitted"})
     try:
         out: list[Any] = []
         for p in range(partitions):
-            end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            end = ends.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
             if end == 0:
                 continue
             consumer.assign([TopicPartition(topic, p, 0)])
@@ -248,3 +254,4 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list[Any]:
         return out
     finally:
         consumer.close()
+        ends.close()
