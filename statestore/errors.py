@@ -5,6 +5,7 @@
     StateStoreError
     ├── InvalidStoreConfigError      a store, RocksDB or manager setting is rejected (also ValueError)
     ├── StateDirLockedError          another owner (process or thread) holds the state directory
+    ├── RepairInProgressError        an interrupted repair's journal is in the state directory
     ├── InvalidStateStoreError       the store is not open (created, restoring, closed or failed)
     ├── UnsupportedStoreOperationError  the store's mode does not offer the operation (and says why)
     ├── SerdeDefinitionError         a serde refuses a class at construction (a field it cannot keep)
@@ -53,6 +54,7 @@ __all__ = [
     "InvalidStoreConfigError",
     "InvalidTimestampError",
     "RecordTooLargeForLogError",
+    "RepairInProgressError",
     "RestoreError",
     "SerdeDefinitionError",
     "SerializationError",
@@ -117,6 +119,25 @@ class StateDirLockedError(StateStoreError):
         super().__init__(f"state directory lock {path} is held by another owner{who}")
         self.path = path
         self.holder = holder
+
+
+class RepairInProgressError(StateStoreError):
+    """The state directory holds the journal of a repair that did not finish (``path``).
+
+    The partitions it names may be between their old and new logs, so nothing
+    opens the directory until the remedy completes it: any ``statestore repair
+    ... --apply`` on the directory does (docs/recovery.md, "The repair journal").
+    Nothing was changed.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"{path}: an interrupted repair's journal is here: the partitions it names may be"
+            " between their old and new logs, so the state directory is not opened; complete"
+            f" the repair with 'statestore repair complete {path.parent} --apply' (or run the"
+            " remedy again with --apply); nothing was changed"
+        )
+        self.path = path
 
 
 class InvalidStateStoreError(StateStoreError):

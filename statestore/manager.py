@@ -79,6 +79,8 @@ import attrs
 from changelog import ChangelogError, CleanerService, LogConfig, LogLockedError
 from changelog.fs import files
 from changelog.fs.lock import DirectoryLock
+from changelog.repair.journal import journal_path
+from changelog.repair.journal import pending as journal_pending
 from statestore.config import (
     STORE_LOG_CONFIG,
     RocksDBConfig,
@@ -89,6 +91,7 @@ from statestore.errors import (
     CommitFailedError,
     InvalidStateStoreError,
     InvalidStoreConfigError,
+    RepairInProgressError,
     StateDirLockedError,
     StateStoreError,
     StoreEngineError,
@@ -161,7 +164,8 @@ class StateManager:
         their own (an existing store that passes no ``log_config`` anywhere uses
         the one it recorded; a new one gets ``log_config`` or
         :data:`~statestore.config.STORE_LOG_CONFIG`).  Raises :class:`StateDirLockedError` if another manager (in
-        this or another process) owns the directory.  ``fault_hook`` is for
+        this or another process) owns the directory, :class:`RepairInProgressError` while a
+        repair's journal is in it (docs/recovery.md).  ``fault_hook`` is for
         crash-injection tests only: the coordinator calls it after every
         numbered step of its protocols (:attr:`TransactionCoordinator.fault_hook
         <statestore.txn.coordinator.TransactionCoordinator.fault_hook>`).
@@ -192,6 +196,9 @@ class StateManager:
             self._dir_lock.acquire()
         except LogLockedError as exc:
             raise StateDirLockedError(exc.path, exc.holder) from exc
+        if journal_pending(self._dir):  # a repair left it between two states: docs/recovery.md
+            self._dir_lock.release()
+            raise RepairInProgressError(journal_path(self._dir))
         self._cleaner: CleanerService | None = None
         if self._config.run_cleaner:  # started below, once the coordinator is open
             self._cleaner = CleanerService(self._all_logs, self._config.cleaner, clock)

@@ -275,6 +275,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     stream = out if out is not None else sys.stdout
     func: Command = args.func
     try:
+        from statestore.cli.remedy import refuse_pending_repair  # noqa: PLC0415
+
+        refuse_pending_repair(args)  # a state directory between two states is never read
         return func(args, stream)
     except UsageError as exc:
         return _fail(str(exc), 2)

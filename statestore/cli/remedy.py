@@ -30,6 +30,7 @@ __all__ = [
     "partition_arg",
     "partition_locks",
     "recorded_log_config",
+    "refuse_pending_repair",
     "state_dir_of",
 ]
 
@@ -37,6 +38,9 @@ DRY_RUN: Final = "dry run: nothing was changed; run again with --apply to do it"
 """The last line of every remedy's page without ``--apply``."""
 
 _CHANGELOG_DIR: Final = re.compile(r"^.+-changelog-\d+$")
+
+JOURNALED_REMEDIES: Final = frozenset({"truncate", "drop-torn-tail", "roll-back", "complete"})
+"""The remedies that show or complete a pending repair journal; every other command refuses."""
 
 
 def partition_arg(path: Path) -> Path:
@@ -152,3 +156,28 @@ def end_applied(
     result["verify"] = verify_doc
     write_json(out, result)
     return 0 if ok else 1
+
+
+def refuse_pending_repair(args: Any) -> None:
+    """Raise :class:`~statestore.errors.RepairInProgressError` when a path of the command
+    lies in a state directory holding a repair journal (docs/recovery.md, "The repair
+    journal"), unless the command is one of :data:`JOURNALED_REMEDIES`, which complete it."""
+    from changelog.repair.journal import journal_path  # noqa: PLC0415
+    from statestore.errors import RepairInProgressError  # noqa: PLC0415
+
+    if getattr(args, "command", None) == "repair" and args.remedy in JOURNALED_REMEDIES:
+        return
+    paths: list[Path] = []
+    for value in vars(args).values():  # every path argument of every command
+        values = value if isinstance(value, list) else [value]
+        paths.extend(v for v in values if isinstance(v, Path))
+    for path in paths:
+        if path.is_file():
+            directory = path.parent.parent  # a segment file of a partition
+        elif is_partition_dir(path):
+            directory = path.parent
+        else:
+            directory = path
+        journal = journal_path(directory)
+        if journal.exists():
+            raise RepairInProgressError(journal)

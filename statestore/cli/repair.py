@@ -42,6 +42,7 @@ __all__ = [
     "cmd_drop_torn_tail",
     "cmd_rebuild_indexes",
     "cmd_truncate",
+    "truncation_doc",
 ]
 
 
@@ -58,7 +59,8 @@ def _key_text(key: bytes | None, fmt: str) -> str:
     return shown if isinstance(shown, str) else repr(shown)
 
 
-def _truncation_doc(plan: Any, key_format: str) -> dict[str, Any]:
+def truncation_doc(plan: Any, key_format: str) -> dict[str, Any]:
+    """A truncation plan as a JSON document (offsets as fields; keys shown as ``key_format``)."""
     return {
         "directory": str(plan.directory),
         "requested_offset": plan.requested_offset,
@@ -159,8 +161,12 @@ def _print_transactions(doc: dict[str, Any], out: TextIO) -> None:
                 continue
             out.write(
                 f"    also in {part['topic']}-{part['partition']} from offset"
-                f" {part['first_offset']}: to roll it back there too: statestore repair"
-                f" truncate {part['directory']} --offset {part['first_offset']}\n"
+                f" {part['first_offset']}\n"
+            )
+        if txn["roll_back"] is not None:
+            out.write(
+                "    to roll every store back to before it instead, all or nothing: statestore"
+                f" repair roll-back {doc['directory']} --offset {txn['first_offset']}\n"
             )
 
 
@@ -208,15 +214,38 @@ def _print_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: s
         out.write("".join(f"  {line}\n" for line in text.splitlines()))
         if len(shown) < len(changes):
             out.write(f"  ... {len(changes) - len(shown)} more (--all-keys, or --json)\n")
-    _print_transactions(_truncation_doc(plan, args.key_format), out)
+    _print_transactions(truncation_doc(plan, args.key_format), out)
     out.write("steps:\n")
-    out.writelines(f"  {step}\n" for step in plan.steps())
+    out.writelines(f"  {step}\n" for step in _steps(plan))
+
+
+def _journal(plan: Any) -> Any:
+    """The journal a truncation of a state directory's partition runs under (else ``None``)."""
+    from changelog.repair.journal import JournalCut, RepairJournal  # noqa: PLC0415
+
+    if state_dir_of(plan.directory) is None:
+        return None
+    return RepairJournal(
+        directory=plan.directory.parent,
+        remedy="truncate",
+        cuts=(JournalCut(plan.directory.name, plan.log_end_offset_after),),
+    )
+
+
+def _steps(plan: Any) -> list[str]:
+    """The plan's steps: K1-K7, inside J1-J4 for a partition of a state directory."""
+    from statestore.cli.roll_back import journal_steps  # noqa: PLC0415
+
+    journal = _journal(plan)
+    return plan.steps() if journal is None else journal_steps(journal, [plan])
 
 
 def _run_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str) -> int:
+    from changelog.repair.journal import complete_journal, write_journal  # noqa: PLC0415
     from changelog.repair.truncate import apply_truncation  # noqa: PLC0415
 
-    doc = _truncation_doc(plan, args.key_format)
+    doc = truncation_doc(plan, args.key_format)
+    doc["steps"] = _steps(plan)
     if plan.nothing_to_do:
         text = f"{title}\n\nnothing to remove: the log ends at {plan.log_end_offset_after}\n"
         return end_nothing_to_do(out, doc, json=args.json, text=text)
@@ -236,9 +265,26 @@ def _run_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str
             " partitions too (the plan names them), or pass --split-transactions to accept it",
             offset=split[0]["first_offset"],
         )
-    log_end = apply_truncation(plan, config=recorded_log_config(plan.directory)[0])  # K7
+    config = recorded_log_config(plan.directory)[0]
+    journal = _journal(plan)
+    if journal is None:
+        log_end = apply_truncation(plan, config=config)  # K1-K7
+    else:
+        write_journal(journal)  # J1
+        ends = complete_journal(journal, config_for=lambda _p: config)  # J2-J4
+        log_end = ends[plan.directory.name]
     text = f"the log now ends at offset {log_end}"
     return end_applied(out, plan.directory, doc, json=args.json, text=text, log_end_offset=log_end)
+
+
+def _complete_pending(partition: Path, args: argparse.Namespace, out: TextIO) -> int | None:
+    """A journal an interrupted run left in the partition's state directory: shown, or
+    completed with ``--apply`` (the exit status); ``None`` when there is none."""
+    from statestore.cli.roll_back import complete_pending  # noqa: PLC0415
+
+    if state_dir_of(partition) is None:
+        return None
+    return complete_pending(partition.parent, out, apply=args.apply, json=args.json)
 
 
 def cmd_truncate(args: argparse.Namespace, out: TextIO) -> int:
@@ -246,6 +292,9 @@ def cmd_truncate(args: argparse.Namespace, out: TextIO) -> int:
     from changelog.repair.truncate import plan_truncation  # noqa: PLC0415
 
     partition = partition_arg(args.partition)
+    pending = _complete_pending(partition, args, out)
+    if pending is not None:
+        return pending
     with partition_locks(partition, apply=args.apply, out=out):
         plan = plan_truncation(partition, args.offset)
         title = f"truncate {partition} at offset {args.offset}"
@@ -257,6 +306,9 @@ def cmd_drop_torn_tail(args: argparse.Namespace, out: TextIO) -> int:
     from changelog.repair.truncate import plan_torn_tail_drop  # noqa: PLC0415
 
     partition = partition_arg(args.partition)
+    pending = _complete_pending(partition, args, out)
+    if pending is not None:
+        return pending
     with partition_locks(partition, apply=args.apply, out=out):
         plan = plan_torn_tail_drop(partition)
         title = f"drop the torn tail of {partition}"
@@ -389,13 +441,13 @@ def _key_options(parser: argparse.ArgumentParser) -> None:
 
 def add_repair_parser(sub: Any) -> None:
     """Add ``repair`` and its subcommands to the top-level subparsers ``sub``."""
-    from statestore.cli import rebuild_rocksdb  # noqa: PLC0415
+    from statestore.cli import rebuild_rocksdb, roll_back  # noqa: PLC0415
 
     repair = sub.add_parser(
         "repair",
         help=(
-            "operator remedies: salvage, truncate, drop-torn-tail, rebuild-indexes,"
-            " rebuild-checkpoints, rebuild-rocksdb"
+            "operator remedies: salvage, truncate, roll-back, complete, drop-torn-tail,"
+            " rebuild-indexes, rebuild-checkpoints, rebuild-rocksdb"
         ),
         description=(
             "Remedies for a partition or store that the loader refuses or that reads wrong. "
@@ -486,3 +538,4 @@ def add_repair_parser(sub: Any) -> None:
     checkpoints.set_defaults(func=_cmd_rebuild_checkpoints)
 
     rebuild_rocksdb.add_parser(remedies, _common)
+    roll_back.add_parsers(remedies, _common)

@@ -6,9 +6,9 @@ without its CRC, the valid batches kept, the data dropped because its
 transaction's marker was lost, and every transaction the damage splits.  For
 such a transaction the other partitions that took part are named from the
 coordinator's log (:mod:`statestore.cli.participants`), with the two choices
-the operator has: keep the survivors (what salvage does), or roll the other
-stores back to before the transaction (the ``repair truncate`` commands are
-printed; each is its own planned, crash-safe remedy).  Nothing changes without
+the operator has: keep the survivors (what salvage does), or roll every store
+back to before the transaction (the ``repair roll-back`` command is printed:
+:mod:`statestore.cli.roll_back`, all or nothing under a repair journal).  Nothing changes without
 ``--apply``.
 """
 
@@ -323,16 +323,15 @@ def _print(plan: SalvagePlan, doc: dict[str, Any], out: TextIO, state_dir: Path 
                     " participant at its first offset and follow what each plan names\n"
                 )
                 continue
+            here = next(p for p in txn["participants"] if p["this_partition"])
+            where = ", ".join(f"{p['topic']}-{p['partition']} at {p['offset']}" for p in cut)
             out.write(
                 "      roll back to before it, consistently (it and every later transaction"
-                " a cut would split; run all of them, each plans first):\n"
+                " a cut would split, removed whole from every partition, all or nothing:"
+                f" {where}):\n"
+                f"        statestore repair roll-back {plan.directory} --offset"
+                f" {here['first_offset']}\n"
             )
-            for part in cut:
-                target = part["directory"] or f"{part['topic']}-{part['partition']}"
-                out.write(
-                    f"        statestore repair truncate {target} --offset {part['offset']}"
-                    " --split-transactions\n"
-                )
     out.write("steps:\n")
     out.writelines(f"  {step}\n" for step in plan.steps())
     if state_dir is not None:

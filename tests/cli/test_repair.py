@@ -403,10 +403,12 @@ def test_every_repair_remedy_and_flag_is_documented_in_cli_md() -> None:
 
     remedies = subparsers(subparsers(build_parser())["repair"])
     assert sorted(remedies) == [
+        "complete",
         "drop-torn-tail",
         "rebuild-checkpoints",
         "rebuild-indexes",
         "rebuild-rocksdb",
+        "roll-back",
         "salvage",
         "truncate",
     ]

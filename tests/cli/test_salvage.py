@@ -30,7 +30,7 @@ from changelog.log.log import Log
 from changelog.record.batch import decode_header
 from changelog.repair.salvage import plan_salvage
 from statestore import StateManager, StateManagerConfig
-from statestore.errors import RestoreError
+from statestore.errors import RepairInProgressError, RestoreError
 from tests.cli.helpers import run_cli
 
 SMALL_LOG = LogConfig(segment_bytes=2048, index_interval_bytes=128)
@@ -135,7 +135,8 @@ def test_salvage_keeps_every_valid_batch_after_a_flipped_byte_in_a_closed_segmen
     assert "transactions split by the damage: 1" in dry.out
     assert f"its COMMIT marker at offset {offset + 1} is kept" in dry.out
     assert f"orders-changelog-0 from offset {offset}\n" in dry.out
-    assert f"statestore repair truncate {orders} --offset {offset}" in dry.out
+    assert f"statestore repair roll-back {carts} --offset {offset}\n" in dry.out
+    assert f"orders-changelog-0 at {offset}" in dry.out
     assert "dry run: nothing was changed" in dry.out
 
     doc = json.loads(run_cli(["repair", "salvage", str(carts), "--json"], capsys).out)["plan"]
@@ -308,33 +309,21 @@ def test_truncate_at_the_last_committed_transaction_names_its_participants(
     state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     carts = state / "carts-changelog-0"
-    orders = state / "orders-changelog-0"
     last = 2 * (COMMITS - 1)  # the last transaction's data in both changelogs
     dry = run_cli(["repair", "truncate", str(carts), "--offset", str(last)], capsys)
     assert dry.status == 0, dry.err
     assert f"committed (marker at {last + 1})" in dry.out
     assert f"also in orders-changelog-0 from offset {last}" in dry.out
-    assert f"statestore repair truncate {orders} --offset {last}" in dry.out
+    assert f"statestore repair roll-back {carts} --offset {last}\n" in dry.out
     before = tree_hash(state)
     refused = run_cli(["repair", "truncate", str(carts), "--offset", str(last), "--apply"], capsys)
     assert refused.status == 1
     assert "cross-store atomicity would break" in refused.err
     assert tree_hash(state) == before
-    for partition in (carts, orders):  # both rolled back: the stores agree again
-        ok = run_cli(
-            [
-                "repair",
-                "truncate",
-                str(partition),
-                "--offset",
-                str(last),
-                "--apply",
-                "--split-transactions",
-            ],
-            capsys,
-        )
-        assert ok.status == 0, ok.err
-    assert run_cli(["repair", "rebuild-rocksdb", str(state), "--apply"], capsys).status == 0
+    rolled = run_cli(["repair", "roll-back", str(carts), "--offset", str(last), "--apply"], capsys)
+    assert rolled.status == 0, rolled.err  # both rolled back, RocksDB deleted: they agree again
+    assert not (state / "carts-rocksdb-0").exists()
+    assert not (state / "orders-rocksdb-0").exists()
     assert "o39" not in store_state(state, "orders")
     assert store_state(state, "carts")[f"c{(COMMITS - 1) % 7}"] == {"n": COMMITS - 1 - 7}
 
@@ -524,12 +513,14 @@ def records_of_copy(partition: Path, scratch: Path) -> list[Rec]:
 
 
 @pytest.mark.slow  # a long fault sweep (120 s at load 14): the slow tier
-def test_kill_9_at_every_step_of_a_truncate_leaves_a_prefix_and_the_rerun_finishes(
+def test_kill_9_at_every_step_of_a_truncate_is_all_or_nothing_for_the_state_directory(
     tmp_path: Path, template: Path
 ) -> None:
-    """Truncation is not all-or-nothing (docs/recovery.md, K4: segments above the cut go
-    newest first): killed halfway, the log opens as a prefix of the old one holding
-    everything below the cut, or is refused as before; run again, it ends as after."""
+    """In a state directory a truncation runs under the repair journal (docs/recovery.md):
+    killed halfway, the directory is as before or as after, or it holds the journal and
+    ``StateManager`` refuses it; the partition alone (``Log.open``, which the journal does
+    not guard) is then a prefix of the old log holding everything below the cut (K4:
+    segments above the cut go newest first).  Run again, it ends as after."""
     name = "carts-changelog-0"
     scratch = tmp_path / "scratch"
     shutil.copytree(template, scratch)
@@ -542,13 +533,20 @@ def test_kill_9_at_every_step_of_a_truncate_leaves_a_prefix_and_the_rerun_finish
     assert full.returncode == 0, full.stderr
     steps = int(full.stdout.rsplit("STEPS", 1)[1])
     after = log_files(after_dir / name)
-    outcomes = {"before": 0, "after": 0, "prefix": 0}
+    original_files = log_files(template / name)
+    outcomes = {"before": 0, "after": 0, "prefix": 0, "journal": 0}
     for k in range(1, steps + 1):
         trial = tmp_path / f"k{k}"
         shutil.copytree(template, trial)
         partition = trial / name
         killed = run_child(k, [a.format(partition) for a in args])
         assert killed.returncode == -signal.SIGKILL, (k, killed.stdout, killed.stderr)
+        if (trial / ".repair-journal").exists():
+            outcomes["journal"] += 1
+            with pytest.raises(RepairInProgressError):
+                StateManager(trial, config=QUIET)
+        else:
+            assert log_files(partition) in (original_files, after), k
         found = records(partition)  # the loader finishes what the kill left
         assert found == original[: len(found)], k  # a prefix, nothing altered
         assert [r for r in found if r[0] < cut] == [r for r in original if r[0] < cut], k
@@ -565,4 +563,4 @@ def test_kill_9_at_every_step_of_a_truncate_leaves_a_prefix_and_the_rerun_finish
         assert log_files(partition) == after, k
         shutil.rmtree(trial)
     print("truncate kill -9 outcomes", outcomes)
-    assert outcomes["before"] and outcomes["after"], outcomes
+    assert outcomes["before"] and outcomes["after"] and outcomes["journal"], outcomes

@@ -42,7 +42,7 @@ from changelog.fs.files import SimulatedCrash, inject_faults
 from changelog.log.log import Log
 from changelog.repair.indexes import apply_index_rebuild, plan_index_rebuild
 from changelog.repair.truncate import apply_truncation, plan_torn_tail_drop, plan_truncation
-from statestore import StateManager
+from statestore import RepairInProgressError, StateManager
 from statestore.cli import main
 from statestore.cli.progress import Progress
 from statestore.cli.verify import verify_partition
@@ -405,3 +405,72 @@ def test_rebuild_indexes_power_loss_images(tmp_path: Path) -> None:
             shutil.rmtree(target)
     stats.record("remedies.rebuild-indexes.power-loss", trials=images, faults=images)
     assert images >= 2 * 10
+
+
+# --------------------------------------------------------------------------- roll-back
+
+
+@pytest.mark.slow  # a long fault sweep: the slow tier
+def test_roll_back_survives_a_fault_at_every_step(tmp_path: Path) -> None:
+    """``repair roll-back --apply`` over three stores (four partitions), a crash, ``ENOSPC``
+    or ``EIO`` at each of its own steps (J1-J4, K1-K6) and at a sample of the loader's: after
+    the fault the state directory is as before (no journal: every store opens as before), or
+    it holds the journal and ``StateManager`` refuses it; ``repair complete --apply`` (or the
+    remedy run again) then ends with every ``.log`` byte for byte as after and every store at
+    the same commit."""
+    from tests.cli.test_roll_back import (  # noqa: PLC0415 - the three-store template
+        COMMITS,
+        CUT,
+        build_three_stores,
+        log_files,
+        model,
+        roll_back_args,
+        stores,
+    )
+
+    template = build_three_stores(tmp_path / "template")
+    before = log_files(template)
+
+    def remedy(state: Path) -> int:
+        return main([*roll_back_args(state), "--apply"], out=io.StringIO())
+
+    recorder = StepRecorder()
+    first = Path(shutil.copytree(template, tmp_path / "recorded"))
+    with inject_faults(recorder):
+        assert remedy(first) == 0
+    after = log_files(first)
+    assert stores(first) == model(CUT)
+    ks = fault_points(recorder)
+    outcomes: dict[str, int] = {}
+    for k in ks:
+        for kind in KINDS:
+            trial = Path(shutil.copytree(template, tmp_path / f"{kind}-{k}"))
+            try:
+                with inject_faults(FaultAt(kind, k)):
+                    status = remedy(trial)
+                got = "ok" if status == 0 else "io-error"
+            except SimulatedCrash:
+                got = "crash"
+            abandon_dir(trial)
+            if (trial / ".repair-journal").exists():
+                seen = f"{got}-journal"
+                with pytest.raises(RepairInProgressError):
+                    StateManager(trial, config=QUIET)
+                assert main(["repair", "complete", str(trial), "--apply"], out=io.StringIO()) == 0
+            else:
+                now = log_files(trial)
+                assert now in (before, after), (kind, k)
+                seen = f"{got}-{'before' if now == before else 'after'}"
+                if now == before:
+                    assert stores(trial) == model(COMMITS), (kind, k)
+                    assert remedy(trial) == 0, (kind, k)
+            assert not (trial / ".repair-journal").exists(), (kind, k)
+            assert log_files(trial) == after, (kind, k)
+            assert stores(trial) == model(CUT), (kind, k)
+            outcomes[seen] = outcomes.get(seen, 0) + 1
+            stats.record("remedies.roll-back", trials=1, faults=1)
+            stats.note("remedies.roll-back", seen)
+            shutil.rmtree(trial)
+    print("roll-back fault outcomes", outcomes)
+    assert any(o.endswith("-journal") for o in outcomes), outcomes
+    assert any(o.endswith("-before") for o in outcomes), outcomes
