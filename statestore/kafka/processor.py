@@ -86,7 +86,7 @@ from statestore.kafka.query import InteractiveQueries, KeyQueryMetadata, QueryRe
 from statestore.kafka.rates import SampledStat
 from statestore.kafka.restore import RESTORE_CONSUMER_SETTINGS, applied_meta
 from statestore.kafka.restorer import RestoredTask, Restorer, TaskRestored
-from statestore.kafka.security import ConnectionErrors, await_cluster
+from statestore.kafka.security import await_cluster
 from statestore.kafka.standby import StandbyTasks, group_owners, standby_partitions
 from statestore.kafka.store import KafkaStoreSpec, TaskStore
 from statestore.kafka.tasks import Task, TaskState
@@ -340,9 +340,8 @@ class Processor:
         """
         config = self._config
         self._state_dir.mkdir(parents=True, exist_ok=True)
-        errors = ConnectionErrors()  # a TLS or SASL refusal fails the start at once
-        self._admin = self._clients.admin({**self._client_config(), "error_cb": errors})
-        await_cluster(self._admin, errors)
+        await_cluster(self._clients, self._client_config())  # a TLS or SASL refusal: at once
+        self._admin = self._clients.admin(self._client_config())
         self._partitions = check_copartitioned(self._admin, config.input_topics)
         sinks = [*config.output_topics]
         if config.dead_letter_queue_topic is not None:

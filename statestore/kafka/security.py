@@ -10,8 +10,8 @@ Secrets (``sasl_password``, ``ssl_key_password``) are masked in the repr, so
 they never reach a log line, a metric label or an error message built from
 the configuration.
 
-:func:`await_cluster` is the first call of a start: it asks the cluster for
-its metadata in short slices and refuses at once, with a
+:func:`await_cluster` is the first call of a start: a probe admin client asks
+the cluster for its metadata in short slices and refuses at once, with a
 :class:`~statestore.kafka.errors.KafkaClientError`, when librdkafka reports
 a connection that no retry lets in (:class:`ConnectionErrors`: a TLS
 handshake that failed on either side, a SASL authentication that failed),
@@ -22,6 +22,7 @@ broker and the reason, never a password.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -199,14 +200,21 @@ class ConnectionErrors:
             self.refused = (name, reason)
 
 
-def await_cluster(admin: Any, errors: ConnectionErrors, *, timeout_s: float = 30) -> None:
-    """Return once ``admin`` (made with ``error_cb=errors``) gets the cluster's metadata.
+def await_cluster(clients: Any, settings: Mapping[str, Any], *, timeout_s: float = 30) -> None:
+    """Return once an admin client with ``settings`` gets the cluster's metadata.
 
-    Asks in slices of a second; after a failed slice it serves the client's
-    callbacks (``admin.poll(0)``) and raises :class:`KafkaClientError`
-    (operation ``connect``, ``code`` the librdkafka error name) at once if
-    ``errors`` saw a refusal, or the last failure after ``timeout_s``.
+    The probe is its own admin client (from ``clients``, a
+    :class:`~statestore.kafka.clients.KafkaClients`) with ``error_cb`` set to a
+    :class:`ConnectionErrors`, dropped afterwards: the runtime's long-lived
+    clients keep librdkafka's default of logging errors, so no error event
+    waits in a queue nobody polls.  Asks in slices of a second; after a failed
+    slice it serves the probe's callbacks (``poll(0)``) and raises
+    :class:`KafkaClientError` (operation ``connect``, ``code`` the librdkafka
+    error name) at once if a refusal was seen, or the last failure after
+    ``timeout_s``.
     """
+    errors = ConnectionErrors()
+    admin = clients.admin({**settings, "error_cb": errors})
     deadline = time.monotonic() + timeout_s
     while True:
         remaining = deadline - time.monotonic()

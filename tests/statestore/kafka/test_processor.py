@@ -276,7 +276,9 @@ def test_client_overrides_reach_every_client_and_stay_out_of_the_repr(tmp_path: 
     )  # type: ignore[arg-type]
     processor.start()
     processor.close()
-    assert len(seen) == 4  # admin, restore consumer, producer, main consumer
+    assert (
+        len(seen) == 5
+    )  # the start's probe admin, admin, restore consumer, producer, main consumer
     assert all(s["sasl.password"] == "s3cret" for s in seen)
 
 

@@ -24,7 +24,7 @@ from statestore.kafka import (
     ProcessorConfig,
     SecurityConfig,
 )
-from statestore.kafka.security import ConnectionErrors, await_cluster
+from statestore.kafka.security import await_cluster
 from statestore.serdes import IntSerde, StringSerde
 from tests.statestore.kafka.fake_cluster import FakeAdmin, FakeClients, FakeCluster
 
@@ -189,6 +189,9 @@ def test_inconsistent_settings_are_refused(kwargs: dict[str, Any], setting: str)
     assert refused.value.setting == setting
 
 
+SETTINGS = {"bootstrap.servers": "fake:9092", **SASL.client_settings()}
+
+
 class _Error:
     """A librdkafka ``KafkaError`` as ``error_cb`` and a failed call see it."""
 
@@ -203,13 +206,19 @@ class _Error:
 
 
 class _Unreachable:
-    """An admin client whose metadata calls fail ``failures`` times with ``_TRANSPORT``; each
-    ``poll`` delivers the next of ``reports`` to ``error_cb`` (librdkafka serves its callbacks
-    only in a poll)."""
+    """A client factory whose admin client's metadata calls fail ``failures`` times with
+    ``_TRANSPORT``; each ``poll`` delivers the next of ``reports`` to the ``error_cb`` it was
+    made with (librdkafka serves its callbacks only in a poll)."""
 
-    def __init__(self, error_cb: Any, failures: int, reports: list[_Error]) -> None:
-        self.error_cb, self.failures, self.reports = error_cb, failures, list(reports)
+    def __init__(self, failures: int, reports: list[_Error]) -> None:
+        self.failures, self.reports = failures, list(reports)
         self.calls: list[float] = []
+        self.error_cb: Any = None
+
+    def admin(self, settings: Mapping[str, Any]) -> _Unreachable:
+        assert settings["bootstrap.servers"] == "fake:9092"
+        self.error_cb = settings["error_cb"]
+        return self
 
     def list_topics(self, timeout: float) -> object:
         self.calls.append(timeout)
@@ -232,12 +241,9 @@ class _Unreachable:
     ],
 )  # fmt: skip
 def test_a_tls_or_sasl_refusal_fails_at_the_first_failed_slice(report: _Error, code: str) -> None:
-    errors = ConnectionErrors()
-    admin = _Unreachable(
-        errors, failures=100, reports=[_Error("_ALL_BROKERS_DOWN", "down"), report]
-    )
+    admin = _Unreachable(failures=100, reports=[_Error("_ALL_BROKERS_DOWN", "down"), report])
     with pytest.raises(KafkaClientError) as refused:
-        await_cluster(admin, errors, timeout_s=60)
+        await_cluster(admin, SETTINGS, timeout_s=60)
     assert (refused.value.operation, refused.value.code) == ("connect", code)
     assert report.str() in str(refused.value)
     assert len(admin.calls) == 2, "refused at the poll that delivered the refusal"
@@ -245,16 +251,14 @@ def test_a_tls_or_sasl_refusal_fails_at_the_first_failed_slice(report: _Error, c
 
 
 def test_errors_that_may_heal_are_waited_out() -> None:
-    errors = ConnectionErrors()
     down = [_Error("_TRANSPORT", "Connection refused"), _Error("_ALL_BROKERS_DOWN", "1/1 down")]
-    admin = _Unreachable(errors, failures=2, reports=down)
-    await_cluster(admin, errors, timeout_s=60)
-    assert len(admin.calls) == 3 and errors.refused is None
+    admin = _Unreachable(failures=2, reports=down)
+    await_cluster(admin, SETTINGS, timeout_s=60)
+    assert len(admin.calls) == 3 and admin.error_cb.refused is None
 
 
 def test_the_last_failure_is_raised_at_the_timeout() -> None:
-    errors = ConnectionErrors()
-    admin = _Unreachable(errors, failures=10**9, reports=[])
+    admin = _Unreachable(failures=10**9, reports=[])
     with pytest.raises(KafkaClientError) as timed_out:
-        await_cluster(admin, errors, timeout_s=0.05)
+        await_cluster(admin, SETTINGS, timeout_s=0.05)
     assert (timed_out.value.operation, timed_out.value.code) == ("connect", "_TRANSPORT")
