@@ -6,7 +6,8 @@ those docs/scale-out.md lists, granted by ``User:admin``.
 
 * ``User:alice`` (SASL/PLAIN), ``User:sam`` (SCRAM-SHA-256), ``User:sara``
   (SCRAM-SHA-512 over ``SASL_SSL``) and ``User:CN=inventory-client`` (a client
-  certificate on ``MTLS``, its key behind a passphrase) each run an
+  certificate on ``MTLS``, its key behind a passphrase; two processors with
+  standbys of each other, so the standby consumers get in too) each run an
   exactly-once application end to end that passes the oracle; TLS alone
   (``SSL``, the broker's certificate trusted) does too.
 * ``User:mallory`` lacks the output topic or the changelog topic (or may only
@@ -102,6 +103,52 @@ def _run_end_to_end(app: App, tmp_path: Path, **config: Any) -> tuple[str, str]:
     app.check()
     assert processor.commits >= 1
     assert "statestore_stream_thread_commit_total" in page
+    return metrics, page
+
+
+def _run_two_with_standbys(app: App, tmp_path: Path, **config: Any) -> tuple[str, str]:
+    """As :func:`_run_end_to_end` with two processors that keep standbys of each other's
+    partitions (so the standby consumers authenticate and read too): runs until every input
+    is committed and each standby is caught up; the metrics and page are both processors'."""
+    app.feed(200)
+    settings = {
+        "processing_guarantee": "exactly_once_v2",
+        "num_standby_replicas": 1,
+        "standby_refresh_ms": 200,
+        **config,
+    }
+    first = app.processor(tmp_path / "i1", **settings)
+    second = app.processor(tmp_path / "i2", instance_id="i2", **settings)
+    with first, second:
+
+        def both() -> None:
+            first.poll_once(0.05)
+            second.poll_once(0.05)
+
+        def standbys_caught_up(standby: Processor, owner: Processor) -> bool:
+            lags = standby.standby_lag()
+            return (
+                len(owner.assignment) > 0
+                and set(lags) == set(owner.assignment)
+                and all(lag == 0 for stores in lags.values() for lag in stores.values())
+            )
+
+        run_until(
+            both,
+            lambda: (
+                len(first.assignment) + len(second.assignment) == PARTITIONS
+                and app.committed_end()
+                and standbys_caught_up(first, second)
+                and standbys_caught_up(second, first)
+            ),
+        )
+        first.commit()
+        second.commit()
+        metrics = repr([first.metrics(), second.metrics()])
+        page = _scraped(first) + _scraped(second)
+    app.check()
+    assert first.commits >= 1 and second.commits >= 1
+    assert "statestore_stream_standby_records_lag" in page
     return metrics, page
 
 
@@ -388,7 +435,7 @@ def test_a_client_certificate_principal_runs_exactly_once_end_to_end(
     grant(secured.broker, f"User:CN={CLIENT_SUBJECT}", app)
     security = _mtls(secured)
     with caplog.at_level(logging.DEBUG):
-        metrics, page = _run_end_to_end(
+        metrics, page = _run_two_with_standbys(
             app,
             tmp_path,
             bootstrap_servers=secured.broker.mtls_bootstrap_servers,
