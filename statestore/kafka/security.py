@@ -166,9 +166,11 @@ class SecurityConfig:
 
 
 _REFUSED_CODES: Final = frozenset({"_SSL", "_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED"})
-_TLS_ALERT: Final = "ssl/tls alert"
-"""In a ``_TRANSPORT`` reason: the broker ended the TLS handshake (it refused our certificate,
-or wanted one and got none), e.g. ``ssl/tls alert certificate unknown``."""
+_TLS_ALERTS: Final = ("ssl/tls alert", "ssl alert number")
+"""In a ``_TRANSPORT`` reason (lower case): the broker ended the TLS handshake with an alert
+(it refused our certificate, or wanted one and got none): OpenSSL 3 says ``ssl/tls alert
+certificate unknown: SSL alert number 46``, OpenSSL 1.1 ``sslv3 alert bad certificate: SSL
+alert number 42``."""
 _SLICE_S: Final = 1.0
 
 
@@ -196,7 +198,8 @@ class ConnectionErrors:
         if self.refused is not None:
             return
         name, reason = str(error.name()), str(error.str())
-        if name in _REFUSED_CODES or (name == "_TRANSPORT" and _TLS_ALERT in reason.lower()):
+        alert = name == "_TRANSPORT" and any(text in reason.lower() for text in _TLS_ALERTS)
+        if name in _REFUSED_CODES or alert:
             self.refused = (name, reason)
 
 

@@ -238,6 +238,7 @@ class _Unreachable:
         (_Error("_SSL", "SSL handshake failed: certificate verify failed"), "_SSL"),
         (_Error("_AUTHENTICATION", "SASL authentication error: Invalid username or password"), "_AUTHENTICATION"),
         (_Error("_TRANSPORT", "Receive failed: SSL routines::ssl/tls alert certificate unknown"), "_TRANSPORT"),
+        (_Error("_TRANSPORT", "SSL routines:ssl3_read_bytes:sslv3 alert bad certificate: SSL alert number 42"), "_TRANSPORT"),
     ],
 )  # fmt: skip
 def test_a_tls_or_sasl_refusal_fails_at_the_first_failed_slice(report: _Error, code: str) -> None:
