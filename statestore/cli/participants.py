@@ -40,6 +40,7 @@ __all__ = [
     "consistent_cut",
     "find_transaction",
     "read_coordinator_log",
+    "refuse_waiting_markers",
 ]
 
 COORDINATOR_DIR: Final = "__transaction_state-0"
@@ -69,6 +70,9 @@ class CoordinatorLog:
     """The offset of the oldest record still in the log (older ones were compacted away)."""
     unreadable: int
     """Damaged ranges and records that did not parse (skipped)."""
+    waiting: tuple[TxnPartition, ...] = ()
+    """The latest record's list: decided transactions whose markers may not be durable yet
+    (empty after a clean close); the next open writes them (recovery step R2)."""
 
 
 def read_coordinator_log(state_dir: Path) -> CoordinatorLog | None:
@@ -118,6 +122,7 @@ def read_coordinator_log(state_dir: Path) -> CoordinatorLog | None:
         tuple(transactions),
         records[0][0] if records else None,
         unreadable,
+        records[-1][3] if records else (),
     )
 
 
@@ -173,3 +178,31 @@ def consistent_cut(log: CoordinatorLog, start: Transaction) -> dict[tuple[str, i
                     cut[key] = part.first_offset
                     changed = True
     return cut
+
+
+def refuse_waiting_markers(log: CoordinatorLog | None, cuts: dict[tuple[str, int], int]) -> None:
+    """Refuse (:class:`~changelog.errors.RepairRefusedError`) a truncation of ``topic-partition``
+    at ``cuts[(topic, partition)]`` while the coordinator's latest record still lists a
+    transaction there at or above the cut.
+
+    Such an entry outlives the truncation (the next open carries the list forward before it
+    drops the partition), and a new transaction whose data starts at that very offset, left
+    undecided by a crash, would then be committed at the following open (recovery step R2).
+    Opening the state directory once writes the markers and drops the entries.
+    """
+    from changelog.errors import RepairRefusedError  # noqa: PLC0415
+
+    if log is None:
+        return
+    for part in log.waiting:
+        cut = cuts.get((part.topic, part.partition))
+        if cut is not None and part.first_offset >= cut:
+            raise RepairRefusedError(
+                log.directory,
+                f"the coordinator's latest record still waits for the markers of a transaction"
+                f" in {part.topic}-{part.partition} from offset {part.first_offset} (the state"
+                " directory was not closed cleanly since it was decided); open every store of"
+                " the state directory once (for example: statestore restore STATE_DIR) so that"
+                " the coordinator writes them, then plan again; nothing was changed",
+                offset=part.first_offset,
+            )

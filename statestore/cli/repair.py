@@ -267,6 +267,17 @@ def _run_truncation(plan: Any, args: argparse.Namespace, out: TextIO, title: str
         )
     config = recorded_log_config(plan.directory)[0]
     journal = _journal(plan)
+    if journal is not None:
+        from statestore.cli.participants import (  # noqa: PLC0415
+            read_coordinator_log,
+            refuse_waiting_markers,
+        )
+
+        topic, _, number = plan.directory.name.rpartition("-")
+        refuse_waiting_markers(
+            read_coordinator_log(journal.directory),
+            {(topic, int(number)): plan.log_end_offset_after},
+        )
     if journal is None:
         log_end = apply_truncation(plan, config=config)  # K1-K7
     else:

@@ -230,6 +230,7 @@ def cmd_roll_back(args: argparse.Namespace, out: TextIO) -> int:
         consistent_cut,
         find_transaction,
         read_coordinator_log,
+        refuse_waiting_markers,
     )
     from statestore.stores.spec import rocksdb_dir  # noqa: PLC0415
 
@@ -278,6 +279,7 @@ def cmd_roll_back(args: argparse.Namespace, out: TextIO) -> int:
                 )
             plans.append(plan_truncation(directory, offset))
         _check_covered(plans, cut, coordinator)
+        refuse_waiting_markers(coordinator, cut)
         changed = [plan for plan in plans if not plan.nothing_to_do]
         rocksdb = []
         for plan in changed:

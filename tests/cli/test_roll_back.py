@@ -291,3 +291,46 @@ def test_kill_9_at_every_step_of_a_roll_back_leaves_before_or_journal_then_after
         shutil.rmtree(trial)
     print("roll-back kill -9 outcomes", outcomes)
     assert outcomes["before"] and outcomes["journal"], outcomes
+
+
+class _Crash(BaseException):
+    """What the coordinator's fault hook raises: the process "stops" at that step."""
+
+
+def test_roll_back_refuses_while_the_coordinator_still_waits_for_markers_there(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A commit decided (T3) but killed before its markers: the coordinator's latest record
+    lists it, and would outlive the cut (recovery step R2 could later commit a new, undecided
+    transaction starting at that offset).  The roll-back refuses until one open wrote the
+    markers; then it goes through."""
+
+    def crash_after_the_decision(step: str) -> None:
+        if step == "T3":
+            raise _Crash(step)
+
+    manager = StateManager(state, config=QUIET)
+    carts, orders = manager.store("carts"), manager.store("orders")
+    carts.put("c-last", {"n": -1})
+    orders.put("o-last", {"n": -1})
+    manager.coordinator.fault_hook = crash_after_the_decision
+    with pytest.raises(_Crash):
+        manager.commit()
+    manager.crash()
+    last = 2 * COMMITS  # its data in carts: no marker yet
+    args = ["repair", "roll-back", str(state / "carts-changelog-0"), "--offset", str(last)]
+    refused = run_cli([*args, "--apply"], capsys)
+    assert refused.status == 1
+    assert "still waits for the markers of a transaction in carts-changelog-0" in refused.err
+    assert not (state / JOURNAL).exists()
+    truncate = ["repair", "truncate", str(state / "carts-changelog-0"), "--offset", str(last)]
+    refused = run_cli([*truncate, "--apply", "--split-transactions"], capsys)
+    assert refused.status == 1
+    assert "still waits for the markers" in refused.err
+    expected = model(COMMITS)
+    expected["carts"]["c-last"] = {"n": -1}
+    expected["orders"]["o-last"] = {"n": -1}
+    assert stores(state) == expected  # the open writes the COMMIT markers (R2)
+    done = run_cli([*args, "--apply"], capsys)
+    assert done.status == 0, done.err
+    assert stores(state) == model(COMMITS)
