@@ -179,21 +179,29 @@ class WriteBuffer:
         return values
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``lo <= key < hi`` in serialized key order (or reversed), pending included.
 
-        The pending writes are captured when this is called; writes made
+        With ``key_size_bytes``, only the keys of exactly that length.  The
+        pending writes are captured when this is called; writes made
         while iterating are not seen by the iterator.  With nothing pending
         in range, RocksDB's iterator is returned as is (no per-entry Python).
         """
-        stored = self._inner.items(lo, hi, reverse=reverse)
+        stored = self._inner.items(lo, hi, reverse=reverse, key_size_bytes=key_size_bytes)
         if not self._pending:
             return stored
         overlay = sorted(
             (key, value)
             for key, value in self._pending.items()
-            if (lo is None or key >= lo) and (hi is None or key < hi)
+            if (lo is None or key >= lo)
+            and (hi is None or key < hi)
+            and (key_size_bytes is None or len(key) == key_size_bytes)
         )
         if not overlay:
             return stored

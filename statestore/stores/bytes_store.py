@@ -68,9 +68,15 @@ class BytesStore(Protocol):
         ...
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Entries with ``lo <= key < hi`` in key byte order (or reversed)."""
+        """Entries with ``lo <= key < hi`` in key byte order (or reversed); with ``key_size_bytes``,
+        only the keys of exactly that length."""
         ...
 
     def approximate_num_entries(self) -> int:
@@ -143,9 +149,15 @@ class ChangeLogging(Protocol):
     """The committed values of keys, in order."""
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Committed entries with ``lo <= key < hi`` in key order (or reversed)."""
+        """Committed entries with ``lo <= key < hi`` in key order (or reversed); with
+        ``key_size_bytes``, only the keys of exactly that length."""
         ...
 
     def approximate_num_entries(self) -> int:

@@ -242,10 +242,16 @@ class ChangeLoggingStore:
     # ------------------------------------------------------------------ reads
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Committed entries with ``lo <= key < hi`` in key order (or reversed)."""
-        return self._engine.items(lo, hi, reverse=reverse)
+        """Committed entries with ``lo <= key < hi`` in key order (or reversed); with
+        ``key_size_bytes``, only the keys of exactly that length."""
+        return self._engine.items(lo, hi, reverse=reverse, key_size_bytes=key_size_bytes)
 
     def approximate_num_entries(self) -> int:
         """RocksDB's estimate."""

@@ -408,6 +408,25 @@ class RocksDBEngine:
                 raise
             raise StoreEngineError(self._path, "write", str(exc)) from exc
 
+    @staticmethod
+    def fill_batch(batch: Any, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Put ``records`` (``None`` value: delete) into ``batch`` (a raw-mode ``WriteBatch``).
+
+        In key order, a repeated key's writes in their own order, with the
+        compiled fill when it is built (see :meth:`write`); a layer that
+        builds its own batch (the segmented engine's) fills it here.
+        """
+        if _FILL is not None:
+            _FILL(batch, records)
+            return
+        put = batch.put
+        delete = batch.delete
+        for key, value in records:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+
     def write_batch(
         self, batch: Any, applied_offset: int, *, meta: Mapping[bytes, bytes] | None = None
     ) -> None:
@@ -465,9 +484,18 @@ class RocksDBEngine:
         return self._level0_trigger_lowered
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``lo <= key < hi`` (``None``: unbounded) in key order, or reversed.
+
+        With ``key_size_bytes``, only the keys of exactly that length (a
+        Python test per entry here; the segmented engine uses it to open
+        fewer segments).
 
         Bounds are applied with ``itertools`` on the iterator rather than with
         RocksDB's ``iterate_upper_bound``: rocksdict does not keep the bound's
@@ -511,9 +539,12 @@ class RocksDBEngine:
         elif hi is not None:  # keep key < hi
             tail = iter(_END_OF_SOURCE)
             entries = itertools.takewhile((hi,).__gt__, itertools.chain(entries, tail))
-        return itertools.chain.from_iterable(
+        scan = itertools.chain.from_iterable(
             self._scan(entries, tail, sequence, lo, hi, reverse=reverse)
         )
+        if key_size_bytes is None:
+            return scan
+        return (entry for entry in scan if len(entry[0]) == key_size_bytes)
 
     def _scan(
         self,

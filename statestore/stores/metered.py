@@ -285,10 +285,15 @@ class MeteredStore:
             self.metrics.get_latency.observe(time.perf_counter() - started)  # type: ignore[union-attr]
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
         """Entries of the wrapped partition (not counted)."""
-        return self._inner.items(lo, hi, reverse=reverse)
+        return self._inner.items(lo, hi, reverse=reverse, key_size_bytes=key_size_bytes)
 
     def approximate_num_entries(self) -> int:
         """RocksDB's estimate."""

@@ -138,10 +138,18 @@ class PartitionedStore:
             self.partition_of(key).put(key, value)
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
         """Entries of every partition merged into one key order."""
-        sources = [p.items(lo, hi, reverse=reverse) for p in self._partitions]
+        sources = [
+            p.items(lo, hi, reverse=reverse, key_size_bytes=key_size_bytes)
+            for p in self._partitions
+        ]
         return heapq.merge(*sources, key=_KEY, reverse=reverse)
 
     def approximate_num_entries(self) -> int:

@@ -540,9 +540,19 @@ class KeyValueStore(Generic[K, V]):
         return self._inner_get(self._key_bytes(key)) is not None  # type: ignore[arg-type]
 
     def range(
-        self, lo: K | None = None, hi: K | None = None, *, reverse: bool = False
+        self,
+        lo: K | None = None,
+        hi: K | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[K, V]]:
-        """Entries with ``lo <= key < hi`` by serialized key order (``None``: unbounded)."""
+        """Entries with ``lo <= key < hi`` by serialized key order (``None``: unbounded).
+
+        With ``key_size_bytes``, only the entries whose serialized key has
+        exactly that many bytes (a store in time reads one key's windows so:
+        the segmented engine then opens only the segments of their times).
+        """
         if self._state is not _OPEN:
             raise self._not_open("range")
         lo_bytes = None if lo is None else self._key_bytes(lo)
@@ -554,7 +564,9 @@ class KeyValueStore(Generic[K, V]):
                 self._name,
             )
             return iter(())
-        return self._decode_items(self._inner.items(lo_bytes, hi_bytes, reverse=reverse))
+        return self._decode_items(
+            self._inner.items(lo_bytes, hi_bytes, reverse=reverse, key_size_bytes=key_size_bytes)
+        )
 
     def reverse_range(self, lo: K | None = None, hi: K | None = None) -> Iterator[tuple[K, V]]:
         """:meth:`range` in descending key order (Kafka Streams' ``reverseRange``)."""

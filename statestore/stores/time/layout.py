@@ -187,19 +187,13 @@ def changelog_records(
     """
     if record_format == "versioned":
         return _versioned_changelog_records(records)
-    pairs: list[tuple[bytes, bytes | None]] = []
-    stamps: list[int] = []
-    now: int | None = None
+    # two comprehensions, no Python call per record (a commit's hot path)
+    now = now_ms() if None in records.values() else 0
     unpack = TIMESTAMP.unpack_from
-    for key, value in records.items():
-        if value is None:
-            if now is None:
-                now = now_ms()
-            pairs.append((key, None))
-            stamps.append(now)
-        else:
-            pairs.append((key, value[TIMESTAMP_BYTES:]))
-            stamps.append(unpack(value)[0])
+    pairs = [
+        (key, None if value is None else value[TIMESTAMP_BYTES:]) for key, value in records.items()
+    ]
+    stamps = [now if value is None else unpack(value)[0] for value in records.values()]
     return pairs, stamps
 
 

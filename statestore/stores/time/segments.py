@@ -7,7 +7,9 @@ first 8 bytes of its fixed suffix (a window's start, a session's end); the
 engine stores each key under ``segment id | key`` in the data column family,
 with ``segment id = segment time // segment_interval_ms``.  Reads take and
 return changelog keys: a point get finds the segment from the key, a scan runs
-over every live segment and merges them back into key order.  Below, "window
+over every live segment and merges them back into key order, and a scan of one
+key's windows (a *time-bounded scan*, :meth:`SegmentedEngine.items`) reads only
+the segments of its time range, one after the other.  Below, "window
 start" reads "session end" for a session store.
 
 Retention, as Kafka Streams' ``AbstractRocksDBSegmentedBytesStore``:
@@ -66,6 +68,7 @@ single committing thread.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
 from pathlib import Path
@@ -124,6 +127,8 @@ class SegmentedEngine(RocksDBEngine):
         self._segments = self._find_segments()
         self.expired_records_dropped = 0
         """Writes dropped because their segment had expired (commits and restores)."""
+        self.segment_scans = 0
+        """Segment iterators opened by :meth:`items` since the open (what a time-bounded scan saves)."""
         self._history = settings.retention_ms
         self._prune_interval = settings.history_prune_interval_ms
         raw = self.meta(_PRUNED_TO_META)
@@ -202,27 +207,83 @@ class SegmentedEngine(RocksDBEngine):
         return [self.get(key) for key in keys]
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Entries with ``lo <= windowed key < hi`` of every live segment, in windowed-key order."""
+        """Entries with ``lo <= windowed key < hi`` of the live segments, in windowed-key order.
+
+        With ``key_size_bytes``, only the keys of exactly that length.  The
+        *time-bounded scan*: when ``lo`` and ``hi`` then also share the plain
+        key of that length (one key's windows: ``key | time | ...`` at both
+        ends), every key in range has that plain key and a segment time
+        between ``lo``'s and ``hi``'s, so only the live segments of those
+        times are read, one after the other (for one plain key, segment
+        order is key order: no merge).  Otherwise every live segment is
+        read and the scans merged.  Every segment's RocksDB iterator is
+        opened by this call (:meth:`RocksDBEngine.items`'s consistency).
+        """
+        segments = sorted(self._segments, reverse=reverse)
+        span = None if key_size_bytes is None else self._time_span(lo, hi, key_size_bytes)
+        if span is not None:
+            first, last = span
+            segments = [segment for segment in segments if first <= segment <= last]
+        self.segment_scans += len(segments)
         scans = [
-            self._segment_items(segment, lo, hi, reverse=reverse)
-            for segment in sorted(self._segments)
+            self._segment_items(segment, lo, hi, reverse=reverse, key_size_bytes=key_size_bytes)
+            for segment in segments
         ]
         if not scans:
             return iter(())
         if len(scans) == 1:
             return scans[0]
+        if span is not None:
+            return itertools.chain.from_iterable(scans)
         return heapq.merge(*scans, key=_KEY, reverse=reverse)
 
+    def _time_span(self, lo: bytes | None, hi: bytes | None, size: int) -> tuple[int, int] | None:
+        """The segments ``(first, last)`` that can hold a key of ``size`` bytes in ``[lo, hi)``.
+
+        ``None`` unless ``lo`` and ``hi`` share the plain key of such a key
+        and both carry a non-negative time after it (big-endian, so byte
+        order is time order there).
+        """
+        plain = size - self._suffix
+        if (
+            lo is None
+            or hi is None
+            or plain < 0
+            or len(lo) < plain + TIMESTAMP_BYTES
+            or len(hi) < plain + TIMESTAMP_BYTES
+            or lo[:plain] != hi[:plain]
+        ):
+            return None
+        low = int(TIMESTAMP.unpack_from(lo, plain)[0])
+        high = int(TIMESTAMP.unpack_from(hi, plain)[0])
+        if low < 0 or high < 0:
+            return None
+        return low // self._interval, high // self._interval
+
     def _segment_items(
-        self, segment: int, lo: bytes | None, hi: bytes | None, *, reverse: bool
+        self,
+        segment: int,
+        lo: bytes | None,
+        hi: bytes | None,
+        *,
+        reverse: bool,
+        key_size_bytes: int | None,
     ) -> Iterator[tuple[bytes, bytes]]:
         prefix = SEGMENT_ID.pack(segment)
         low = prefix if lo is None else prefix + lo
         high = SEGMENT_ID.pack(segment + 1) if hi is None else prefix + hi
         entries = RocksDBEngine.items(self, low, high, reverse=reverse)
-        return ((key[SEGMENT_PREFIX_BYTES:], value) for key, value in entries)
+        if key_size_bytes is None:
+            return ((key[SEGMENT_PREFIX_BYTES:], value) for key, value in entries)
+        size = SEGMENT_PREFIX_BYTES + key_size_bytes
+        return ((key[SEGMENT_PREFIX_BYTES:], value) for key, value in entries if len(key) == size)
 
     # --------------------------------------------------------------- writes
 
@@ -243,32 +304,33 @@ class SegmentedEngine(RocksDBEngine):
         self._check_open("write")
         entries = list(records.items() if isinstance(records, Mapping) else records)
         suffix = self._suffix
-        if entries and min(len(key) for key, _ in entries) < suffix:
+        if entries and min(map(len, map(_KEY, entries))) < suffix:
             for key, _ in entries:
                 self._time_of(key)  # raises for the short key
-        # per record: one unpack, one division, one prefix (cached per segment)
+        # per record: one unpack, one division, one prefix; the batch filled in key order
         unpack = TIMESTAMP.unpack_from
-        times = [unpack(key, len(key) - suffix)[0] for key, _ in entries]
+        times = [unpack(key, -suffix)[0] for key, _ in entries]  # from the key's end
         stream_time = max(self._stream_time, max(times, default=_NO_STREAM_TIME))
         live_from = self._oldest_live(stream_time)
         interval = self._interval
+        ids = [(time_ms if time_ms > 0 else 0) // interval for time_ms in times]
+        present = set(ids)
+        pack = SEGMENT_ID.pack
+        if min(present, default=live_from) >= live_from:
+            prefixed = [
+                (pack(segment) + key, value)
+                for segment, (key, value) in zip(ids, entries, strict=True)
+            ]
+        else:
+            prefixed = [
+                (pack(segment) + key, value)
+                for segment, (key, value) in zip(ids, entries, strict=True)
+                if segment >= live_from
+            ]
+            present = {segment for segment in present if segment >= live_from}
+        dropped = len(entries) - len(prefixed)
         batch = rocksdict.WriteBatch(raw_mode=True)
-        prefixes: dict[int, bytes] = {}
-        dropped = 0
-        put = batch.put
-        delete = batch.delete
-        for (key, value), time_ms in zip(entries, times, strict=True):
-            segment = (time_ms if time_ms > 0 else 0) // interval
-            if segment < live_from:
-                dropped += 1
-                continue
-            prefix = prefixes.get(segment)
-            if prefix is None:
-                prefix = prefixes[segment] = SEGMENT_ID.pack(segment)
-            if value is None:
-                delete(prefix + key)
-            else:
-                put(prefix + key, value)
+        self.fill_batch(batch, prefixed)
         if live_from > self._live_from:
             batch.delete_range(SEGMENT_ID.pack(0), SEGMENT_ID.pack(live_from))
         self.write_batch(
@@ -280,7 +342,7 @@ class SegmentedEngine(RocksDBEngine):
         if live_from > self._live_from:
             self._segments = {segment for segment in self._segments if segment >= live_from}
             self._live_from = live_from
-        self._segments.update(prefixes)
+        self._segments.update(present)
         self.expired_records_dropped += dropped
         if self._prune_interval is not None:
             self._written_since_prune += len(entries) - dropped

@@ -220,13 +220,15 @@ class SessionStore(StreamTimeStore[K, V]):
         if first is not None and last is not None and first > last:
             return
         max_suffix = session_key(b"", _TIME_MAX, _TIME_MAX)
+        size: int | None = None
         if first is not None and first == last:
             lo: bytes | None = session_key(first, 0, low_end)
             hi: bytes | None = first + max_suffix + b"\x00"
+            size = len(first) + SESSION_SUFFIX_BYTES  # a time-bounded scan: ends from low_end
         else:
             lo = first
             hi = None if last is None else key_range_upper_bound(last, max_suffix)
-        for stored, data in self._inner.range(lo, hi, reverse=reverse):
+        for stored, data in self._inner.range(lo, hi, reverse=reverse, key_size_bytes=size):
             if len(stored) < SESSION_SUFFIX_BYTES:
                 raise DeserializationError(
                     self._name, "key", stored, "shorter than a session key's suffix"

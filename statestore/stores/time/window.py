@@ -43,6 +43,7 @@ import attrs
 
 from statestore.errors import DeserializationError
 from statestore.serdes import Serde
+from statestore.stores.lifecycle import StoreState
 from statestore.stores.time.base import StreamTimeStore
 from statestore.stores.time.layout import (
     TIMESTAMP,
@@ -64,6 +65,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _SEQNUM_MAX = 0x7FFFFFFF
+_OPEN = StoreState.OPEN
 _TIME_MAX = 2**63 - 1
 
 
@@ -98,6 +100,8 @@ class WindowStore(StreamTimeStore[K, V]):
         self._retention = settings.retention_ms
         self._retain_duplicates = settings.retain_duplicates
         self._seqnum = 0
+        self._serialize_key = self.key_serde.serialize
+        self._serialize_value = self.value_serde.serialize
         self.expired_records_dropped = 0
         """Puts dropped because their window had expired."""
 
@@ -121,17 +125,24 @@ class WindowStore(StreamTimeStore[K, V]):
         ``timestamp_ms`` (default: the clock) is the value's timestamp and the
         changelog record's CreateTime.
         """
-        self._check("put")
-        # the common case (plain ints in range) checked inline: this runs once per record
+        if self._inner.state is not _OPEN:
+            self._check("put")
+        # the common case (plain ints in range, serdes that work) inline: once per record
         start = (
             window_start_ms
             if window_start_ms.__class__ is int and 0 <= window_start_ms <= _TIME_MAX
             else self._timestamp("window_start_ms", window_start_ms)
         )
-        key_bytes = self._key_bytes(key)
+        if key is None:
+            self._key_bytes(key)  # raises
+        try:
+            key_bytes = self._serialize_key(key)
+        except Exception:  # noqa: BLE001 - the typed error comes from _key_bytes
+            key_bytes = self._key_bytes(key)
         if value is None and self._retain_duplicates:
             return
-        stream_time = self._stream_time()
+        # the stream time, committed and buffered (_stream_time), one engine read per commit
+        stream_time = self._stream_time_cache if self._inner.pending_count else self._stream_time()
         if start <= (start if start > stream_time else stream_time) - self._retention:
             self.expired_records_dropped += 1
             return
@@ -145,9 +156,14 @@ class WindowStore(StreamTimeStore[K, V]):
                 if timestamp_ms.__class__ is int and 0 <= timestamp_ms <= _TIME_MAX
                 else self._timestamp("timestamp_ms", timestamp_ms)
             )
-            data = TIMESTAMP.pack(stamp) + self._value_bytes(value)
+            try:
+                value_bytes = self._serialize_value(value)
+            except Exception:  # noqa: BLE001 - the typed error comes from _value_bytes
+                value_bytes = self._value_bytes(value)
+            data = TIMESTAMP.pack(stamp) + value_bytes
         self._inner.put(key_bytes + WINDOW_SUFFIX.pack(start, self._seqnum), data)
-        self._advance(start)
+        if start > self._stream_time_cache:  # noqa: PLR1730 - no call, once per put
+            self._stream_time_cache = start  # _advance, inline
 
     # ------------------------------------------------------------------ reads
 
@@ -220,24 +236,31 @@ class WindowStore(StreamTimeStore[K, V]):
             return iter(())
         lo = key_bytes + WINDOW_SUFFIX.pack(low, 0)
         hi = key_bytes + WINDOW_SUFFIX.pack(high, _SEQNUM_MAX) + b"\x00"
-        return self._fetch_one(key_bytes, self._inner.range(lo, hi, reverse=reverse))
+        size = len(key_bytes) + WINDOW_SUFFIX_BYTES
+        entries = self._inner.range(lo, hi, reverse=reverse, key_size_bytes=size)
+        return self._fetch_one(len(key_bytes), entries)
 
     def _fetch_one(
-        self, key: bytes, entries: Iterator[tuple[bytes, bytes]]
+        self, at: int, entries: Iterator[tuple[bytes, bytes]]
     ) -> Iterator[tuple[int, V]]:
-        """``(window start, value)`` of the entries of ``key`` in a range of its windowed keys.
+        """``(window start, value)`` of one key's windowed keys (``at``: the key's length).
 
-        Every entry of that range whose key is ``key`` has its start in the
-        range (seqnums are never negative), so only other keys (``key`` plus
-        bytes) are skipped; one unpack and one value decode per window.
+        ``entries`` are the keys of that key's length plus the suffix in a
+        range of its windowed keys: all of them are that key's, with starts
+        in the range (seqnums are never negative).  Per window one unpack
+        and one call of the value serde.
         """
-        size = len(key) + WINDOW_SUFFIX_BYTES
-        at = len(key)
         unpack = TIMESTAMP.unpack_from
-        value_of = self._value_of
+        deserialize = self._value_serde.deserialize
         for stored, data in entries:
-            if len(stored) == size and stored.startswith(key):
-                yield unpack(stored, at)[0], value_of(data)
+            if len(data) < TIMESTAMP_BYTES:
+                self._decode(data)  # raises the DeserializationError
+            raw = data[TIMESTAMP_BYTES:]
+            try:
+                value = deserialize(raw)
+            except Exception as exc:  # as TimeStoreBase._value, one frame less per window
+                raise DeserializationError(self._name, "value", raw, str(exc)) from exc
+            yield unpack(stored, at)[0], value
 
     def _fetch_range(
         self,
@@ -275,9 +298,11 @@ class WindowStore(StreamTimeStore[K, V]):
         """``(key, start, stored value)`` of windows with ``first <= key <= last``, ``low <= start <= high``."""
         if low > high or (first is not None and last is not None and first > last):
             return
+        size: int | None = None
         if first is not None and first == last:
             lo: bytes | None = windowed_key(first, low, 0)
             hi: bytes | None = windowed_key(first, high, _SEQNUM_MAX) + b"\x00"
+            size = len(first) + WINDOW_SUFFIX_BYTES  # a time-bounded scan
         else:
             lo = first
             hi = (
@@ -285,7 +310,7 @@ class WindowStore(StreamTimeStore[K, V]):
                 if last is None
                 else key_range_upper_bound(last, windowed_key(b"", high, _SEQNUM_MAX))
             )
-        for stored_key, data in self._inner.range(lo, hi, reverse=reverse):
+        for stored_key, data in self._inner.range(lo, hi, reverse=reverse, key_size_bytes=size):
             if len(stored_key) < WINDOW_SUFFIX_BYTES:
                 raise DeserializationError(
                     self._name, "key", stored_key, "shorter than a windowed key's suffix"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import pytest
 
 from statestore.config import StoreConfig
@@ -57,6 +59,51 @@ def test_fetch_variants(open_manager: OpenManager) -> None:
     assert list(store.fetch("a", 20, 20)) == []
     store.commit()
     assert list(store.fetch("a", 20, 20)) == []
+
+
+def test_a_fetch_of_one_key_reads_only_the_segments_of_its_time_range(
+    open_manager: OpenManager,
+) -> None:
+    store = _window(open_manager())
+    # "a" + 8 bytes that sort between "a"'s windowed keys 100 and 190: another key, whose
+    # windows live in the other segments; a fetch of "a" must neither read nor return them
+    other = "a\x00\x00\x00\x00\x00\x00\x00p"
+    for start in range(100, 200, 10):
+        store.put("a", start, start)
+        store.put("b", start, start)
+    store.put(other, 7, 120)
+    store.put(other, 8, 170)
+    store.commit()
+    engine = engine_of(store.inner)
+    assert engine.live_segments == (2, 3)  # 100-149, 150-199
+
+    def scans(fetch: Callable[[], Iterable[object]]) -> tuple[list[object], int]:
+        before = engine.segment_scans
+        found = list(fetch())
+        return found, engine.segment_scans - before
+
+    assert scans(lambda: store.fetch("a", 100, 140)) == ([(s, s) for s in range(100, 150, 10)], 1)
+    assert scans(lambda: store.backward_fetch("a", 150, 180)) == (
+        [(s, s) for s in (180, 170, 160, 150)],
+        1,
+    )
+    assert scans(lambda: store.fetch("a", 140, 150)) == ([(140, 140), (150, 150)], 2)
+    assert scans(lambda: store.fetch("a", 500, 600)) == ([], 0)
+    assert scans(lambda: store.fetch(other, 0, 1_000)) == ([(120, 7), (170, 8)], 2)
+    assert scans(lambda: store.fetch_range("a", "a", 160, 160)) == (
+        [(Windowed("a", 160, 170), 160)],
+        1,
+    )
+    assert scans(lambda: store.fetch_all(100, 100))[1] == 2  # several keys: every live segment
+    store.put("a", 1, 190)  # pending, in the other segment: read-your-writes, not read there
+    assert scans(lambda: store.fetch("a", 100, 110)) == ([(100, 100), (110, 110)], 1)
+    assert scans(lambda: store.fetch("a", 180, 190)) == ([(180, 180), (190, 1)], 1)
+    # the engine's contract: the same entries as the full scan, keys of that length only
+    lo, hi = windowed_key(b"a", 100, 0), windowed_key(b"a", 190, 0x7FFFFFFF) + b"\x00"
+    want = [(key, value) for key, value in engine.items(lo, hi) if len(key) == 13]
+    assert len(want) == 10
+    assert list(engine.items(lo, hi, key_size_bytes=13)) == want
+    assert list(engine.items(lo, hi, key_size_bytes=13, reverse=True)) == want[::-1]
 
 
 def test_changelog_layout_is_kafka_streams(open_manager: OpenManager) -> None:
