@@ -101,6 +101,7 @@ __all__ = [
     "declared_size",
     "decode_header",
     "decode_key_values",
+    "decode_record_tuples",
     "decode_records",
     "decode_records_py",
     "encode_append_batch",
@@ -917,6 +918,40 @@ def decode_key_values(
             file_position=position,
         )
     return _decode(batch, header, _TRIPLES, path, position)
+
+
+def decode_record_tuples(
+    batch: Buffer,
+    *,
+    path: Path | str,
+    position: int,
+    validate: bool = True,
+) -> list[tuple[int, int, bytes | None, bytes | None, Headers]]:
+    """Like :func:`decode_records` but ``(offset, timestamp_ms, key, value, headers)`` tuples.
+
+    The restore path of stores in time, which needs each record's timestamp:
+    no :class:`Record` object per record.  Timestamps, headers and errors as
+    :func:`decode_records` (LogAppendTime: the batch's max timestamp).
+    """
+    header, batch = _plain(batch, path, position, validate)
+    if _DECODE is None:
+        return decode_body(
+            batch,
+            BATCH_HEADER_SIZE,
+            len(batch),
+            header.records_count,
+            base_offset=header.base_offset,
+            base_timestamp=header.base_timestamp,
+            log_append_time=_log_append_time(header),
+            make=lambda offset, stamp, key, value, headers: (offset, stamp, key, value, headers),
+            path=path,
+            file_position=position,
+        )
+    full = _decode(batch, header, _FULL, path, position)
+    if header.timestamp_type == LOG_APPEND_TIME:
+        stamp = header.max_timestamp
+        return [(offset, stamp, k, v, h) for offset, _ts, k, v, h in full]
+    return full
 
 
 def key_value_pairs(

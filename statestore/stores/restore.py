@@ -74,7 +74,7 @@ import attrs
 
 from changelog import ChangelogError, Log, LogConfig
 from changelog.log.log import LocatedBatch
-from changelog.record.batch import decode_key_values, decode_records, key_value_pairs
+from changelog.record.batch import decode_key_values, decode_record_tuples, key_value_pairs
 from statestore.config import RestoreMode
 from statestore.errors import AppliedOffsetMismatchError, RestoreError, StoreEngineError
 from statestore.stores.engine import RocksDBEngine
@@ -453,9 +453,11 @@ def _timestamped_pairs(
     ``path``) in ``[start, end)``, each record's timestamp put back (see ``record_format``),
     and how many of them expired (values stamped at or before ``expiry_cutoff_ms``)."""
     records = [
-        (record.key, record.timestamp_ms, record.value)
-        for record in decode_records(data, path=path, position=position, validate=False)
-        if start <= record.offset < end
+        (key, stamp, value)
+        for offset, stamp, key, value, _headers in decode_record_tuples(
+            data, path=path, position=position, validate=False
+        )
+        if start <= offset < end
     ]
     expired = (
         0

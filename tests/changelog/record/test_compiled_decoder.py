@@ -19,6 +19,7 @@ from changelog.record.batch import (
     BATCH_HEADER_SIZE,
     Record,
     decode_key_values,
+    decode_record_tuples,
     decode_records,
     decode_records_py,
     encode_records_py,
@@ -103,6 +104,9 @@ def test_every_public_decoder_reads_what_the_reference_reads(
         (r.offset, r.key, r.value) for r in records
     ]
     assert key_value_pairs(batch, path=PATH, position=0) == [(r.key, r.value) for r in records]
+    assert decode_record_tuples(batch, path=PATH, position=0) == [
+        (r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in records
+    ]
 
 
 def _reference(batch: bytes, count: int) -> list[object] | CorruptRecordError:

@@ -8,7 +8,13 @@ import pytest
 
 from changelog.errors import CorruptRecordError
 from changelog.record import batch as rb
-from changelog.record.batch import decode_key_values, encode_batch, key_value_pairs
+from changelog.record.batch import (
+    decode_key_values,
+    decode_record_tuples,
+    decode_records,
+    encode_batch,
+    key_value_pairs,
+)
 from changelog.record.compression import GZIP, ZSTD, Compression
 
 PATH = Path("/data/topic-0/00000000000000000000.log")
@@ -43,6 +49,22 @@ def test_the_same_pairs_without_the_compiled_decoder(monkeypatch: pytest.MonkeyP
     batch = encode_batch(7, PAIRS, timestamp_ms=TS)
     monkeypatch.setattr(rb, "_DECODE", None)
     assert _pairs(batch) == PAIRS
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_record_tuples_are_the_records_fields(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = encode_batch(7, PAIRS, timestamp_ms=TS)
+    records = decode_records(batch, path=PATH, position=0)
+    if not compiled:
+        monkeypatch.setattr(rb, "_DECODE", None)
+    assert decode_record_tuples(batch, path=PATH, position=0) == [
+        (r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in records
+    ]
+    assert [t[:2] for t in decode_record_tuples(batch, path=PATH, position=0)] == [
+        (7 + i, TS) for i in range(len(PAIRS))
+    ]
 
 
 @pytest.mark.parametrize("compiled", [True, False])
