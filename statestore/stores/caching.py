@@ -125,11 +125,16 @@ class CachingStore:
         return self._entries.__getitem__
 
     def items(
-        self, lo: bytes | None = None, hi: bytes | None = None, *, reverse: bool = False
+        self,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        *,
+        reverse: bool = False,
+        key_size_bytes: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Committed entries with ``lo <= key < hi`` in key order (or reversed): the layer
-        below's."""
-        return self._inner.items(lo, hi, reverse=reverse)
+        """Committed entries with ``lo <= key < hi`` in key order (or reversed; with
+        ``key_size_bytes``, only keys of that length): the layer below's."""
+        return self._inner.items(lo, hi, reverse=reverse, key_size_bytes=key_size_bytes)
 
     def approximate_num_entries(self) -> int:
         """The layer below's estimate."""
