@@ -3,9 +3,10 @@
 The broker's cleaner knows no TTL, so what must hold is the rest of the rule
 (docs/time.md, "TTL"): reads never return an expired value; a restore from the
 topic into an empty state directory applies an expired value as a delete
-(RocksDB never holds it); the sweep's tombstones are produced in the
+(RocksDB never holds it); so does a standby replica, and its promotion returns
+no expired value; the sweep's tombstones are produced in the
 processor's transaction.  Expectations come from the rule applied to the
-records' timestamps and the injected clock.
+records' timestamps and the injected clocks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from statestore.kafka import (
     Processor,
     ProcessorConfig,
     ProcessorContext,
+    TaskRestored,
     changelog_topic_name,
 )
 from tests.kafka.cluster.oracle import run_until
@@ -64,10 +66,10 @@ def processor(
     )
 
 
-def committed_end(bootstrap: str) -> bool:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": APP})
+def committed_end(bootstrap: str, app: str = APP, topic: str = INPUT) -> bool:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": app})
     try:
-        tps = [TopicPartition(INPUT, p) for p in range(PARTITIONS)]
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         for tp in consumer.committed(tps, timeout=30):
             end = consumer.get_watermark_offsets(tp, timeout=30)[1]
             if end and tp.offset < end:
@@ -163,3 +165,102 @@ def test_ttl_store_on_the_broker(cluster: KafkaBroker, tmp_path: Path) -> None:
     latest = changelog_latest(bootstrap)
     assert {k.decode() for k, v in latest.items() if v is None} == old
     assert {k.decode() for k, v in latest.items() if v is not None} == new
+
+
+STANDBY_APP = "ttl-standby-app"
+STANDBY_INPUT = "ttl-standby-in"
+
+
+def standby_processor(
+    bootstrap: str,
+    state_dir: Path,
+    instance: str,
+    clock: list[int],
+    on_restored: Any = None,
+) -> Processor:
+    """A member of a two-process group whose members keep standbys of each other."""
+    config = ProcessorConfig(
+        application_id=STANDBY_APP,
+        bootstrap_servers=bootstrap,
+        input_topics=(STANDBY_INPUT,),
+        instance_id=instance,
+        commit_interval_ms=100,
+        num_standby_replicas=1,
+        standby_refresh_ms=200,
+    )
+    ttl = TtlSettings(ttl_ms=TTL_MS, timestamp="record", sweep_interval_ms=10**12)
+    return Processor(
+        config,
+        state_dir,
+        [KafkaStoreSpec.ttl("seen", ttl=ttl, value_serde=IntSerde())],
+        process,
+        wall_clock_ms=lambda: clock[0],
+        on_restored=on_restored,
+    )
+
+
+def test_a_standby_applies_the_ttl_rule_and_its_promotion_returns_no_expired_value(
+    cluster: KafkaBroker, tmp_path: Path
+) -> None:
+    bootstrap = cluster.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(STANDBY_INPUT, PARTITIONS, 1)])[STANDBY_INPUT].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    old = {f"old{i}" for i in range(12)}
+    new = {f"new{i}" for i in range(12)}
+    for seq, user in enumerate(sorted(old) + sorted(new)):
+        ts = NOW - 50_000 if user in old else NOW
+        message = msgpack.packb({"seq": seq, "ts": ts})
+        producer.produce(STANDBY_INPUT, key=user.encode(), value=message)
+    assert producer.flush(30) == 0
+    # The owner's clock says NOW: every value is live there.  The standby's says NOW + 20 s:
+    # the old values (stamped NOW - 50 s, TTL 60 s) have expired there when it applies them.
+    owner_clock = [NOW]
+    standby_clock = [NOW + 20_000]
+    restored: list[TaskRestored] = []
+    first = standby_processor(bootstrap, tmp_path / "s1", "s1", owner_clock)
+    second = standby_processor(
+        bootstrap, tmp_path / "s2", "s2", standby_clock, on_restored=restored.append
+    )
+    with first, second:
+
+        def both() -> None:
+            first.poll_once(0.05)
+            second.poll_once(0.05)
+
+        def caught_up(standby: Processor, owner: Processor) -> bool:
+            lags = standby.standby_lag()
+            return (
+                len(owner.assignment) > 0
+                and set(lags) == set(owner.assignment)
+                and all(lag == 0 for stores in lags.values() for lag in stores.values())
+            )
+
+        run_until(
+            both,
+            lambda: (
+                len(first.assignment) == 1
+                and len(second.assignment) == 1
+                and committed_end(bootstrap, STANDBY_APP, STANDBY_INPUT)
+                and caught_up(second, first)
+            ),
+        )
+        (moved,) = first.assignment
+        on_first = dict(first.stores("seen")[moved].items())
+        assert set(on_first) & old, "the moved partition holds no old key: the test is void"
+        assert set(on_first) & new, "the moved partition holds no new key: the test is void"
+        # the second process's own partition: the old values were put already expired there
+        assert set(live(second)) <= new
+        restored.clear()
+        first.close()  # leaves the group: the second process takes the moved partition over
+        run_until(lambda: second.poll_once(0.05), lambda: len(second.assignment) == PARTITIONS)
+        # promoted from the standby's state (a tail at most), not rebuilt from the topic
+        (report,) = [r for r in restored if r.partition == moved]
+        assert not report.rebuilt, report
+        assert report.records_restored <= 2, report
+        promoted = second.stores("seen")[moved]
+        # the standby applied each expired value as a delete: RocksDB holds the new ones only
+        assert len(promoted.inner) == len(set(on_first) & new)  # type: ignore[attr-defined]
+        assert dict(promoted.items()) == {k: v for k, v in on_first.items() if k in new}
+        assert all(promoted.get(key) is None for key in old)
+        assert set(live(second)) == new
