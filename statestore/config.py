@@ -164,6 +164,14 @@ class StoreConfig:
     """Records per RocksDB ``WriteBatch`` during restore (Kafka Streams'
     ``max.poll.records`` plays this role: 1,000)."""
 
+    restore_batch_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_at_least(1))
+    """Changelog batch bytes per RocksDB ``WriteBatch`` during restore: a WriteBatch
+    closes after the log batch that brings it to this many bytes or to
+    ``restore_batch_records`` records, whichever comes first, so large values do
+    not make a WriteBatch of that many records (the bytes of each log batch as
+    stored, compressed if it is; distributed mode's
+    ``ProcessorConfig.restore_batch_bytes``)."""
+
     flush_interval_records: int = attrs.field(default=100_000, validator=_at_least(1))
     """With ``incremental`` restore: start a RocksDB flush (in the background) after
     this many committed records, and raise the changelog's cleaning barrier once

@@ -149,6 +149,7 @@ def build_store(
             with changelog_errors(store=spec.name, partition=partition, operation="restore"):
                 result = part.restore(
                     batch_records=spec.config.restore_batch_records,
+                    batch_bytes=spec.config.restore_batch_bytes,
                     listener=listener,
                     progress=progress if meter is None else meter.restore_progress(progress),
                 )

@@ -213,6 +213,7 @@ class ChangeLoggingStore:
         self,
         *,
         batch_records: int,
+        batch_bytes: int | None = None,
         listener: StateRestoreListener | None = None,
         progress: ProgressHook | None = None,
     ) -> RestoreResult:
@@ -229,6 +230,7 @@ class ChangeLoggingStore:
                 store=self.store,
                 partition=self.partition,
                 batch_records=batch_records,
+                batch_bytes=batch_bytes,
                 listener=listener,
                 progress=progress,
                 record_format=self._record_format,

@@ -47,7 +47,8 @@ policy                                records; Kafka Streams resets likewise); f
 ====================================  =====================================================
 
 Replay moves bytes only: values are never decoded.  Records are applied in
-``WriteBatch`` es of about ``restore_batch_records`` (whole log batches) with the
+``WriteBatch`` es of about ``restore_batch_records`` records or
+``restore_batch_bytes`` bytes, whichever comes first (whole log batches), with the
 WAL off, each carrying the applied offset it reaches; at the end the applied offset is the log end
 offset read when the restore started (gaps at the end of a compacted log are
 covered), and RocksDB is flushed so the restored state is durable.
@@ -311,6 +312,7 @@ def replay(
     start_offset: int,
     end_offset: int,
     batch_records: int,
+    batch_bytes: int | None = None,
     listener: StateRestoreListener | None = None,
     progress: ProgressHook | None = None,
     record_format: RecordFormat = "plain",
@@ -332,7 +334,8 @@ def replay(
     fills the ``WriteBatch`` with them in key order, a repeated key's writes in
     log order (RocksDB's memtable takes sorted keys faster).
     A WriteBatch closes after the log batch that brings it to
-    ``batch_records`` records or more, carrying the applied offset at that
+    ``batch_records`` records or more, or to ``batch_bytes`` bytes of log
+    batches or more (``None``: no byte bound), carrying the applied offset at that
     batch's end.  The last WriteBatch sets the applied offset to ``end_offset``
     even when no record is left there (a compacted or empty tail), and the
     engine is flushed at the end.  ``path`` names the partition in errors; a batch
@@ -344,6 +347,8 @@ def replay(
     restored = 0
     expired_count = 0
     pairs: list[tuple[bytes | None, bytes | None]] = []
+    pending_bytes = 0  # of the log batches in ``pairs``: one len() per log batch
+    byte_bound = batch_bytes if batch_bytes is not None else float("inf")
     next_offset = start_offset
     try:
         if start_offset < end_offset:
@@ -367,7 +372,8 @@ def replay(
                 else:  # the common case: the whole batch
                     pairs += key_value_pairs(data, path=file, position=position, validate=False)
                 next_offset = min(header.next_offset, end_offset)
-                if len(pairs) >= batch_records:
+                pending_bytes += len(data)
+                if len(pairs) >= batch_records or pending_bytes >= byte_bound:
                     _write(engine, pairs, next_offset, store, partition)
                     restored += len(pairs)
                     listen.on_batch_restored(store, partition, next_offset - 1, len(pairs))
@@ -383,6 +389,7 @@ def replay(
                             )
                         )
                     pairs = []
+                    pending_bytes = 0
                 if next_offset >= end_offset:
                     break
         _write(engine, pairs, end_offset, store, partition)
@@ -594,6 +601,7 @@ def restore_into(
     listener: StateRestoreListener | None,
     progress: ProgressHook | None,
     record_format: RecordFormat = "plain",
+    batch_bytes: int | None = None,
 ) -> RestoreResult:
     """Step 2: replay ``log`` from ``plan.start_offset`` to its log end offset into ``engine``.
 
@@ -623,6 +631,7 @@ def restore_into(
         start_offset=plan.start_offset,
         end_offset=log_end,
         batch_records=batch_records,
+        batch_bytes=batch_bytes,
         listener=listener,
         progress=progress,
         record_format=record_format,

@@ -19,6 +19,7 @@ def test_defaults() -> None:
     [
         (StoreConfig, {"restore_mode": "partial"}, "restore_mode"),
         (StoreConfig, {"restore_batch_records": 0}, "restore_batch_records"),
+        (StoreConfig, {"restore_batch_bytes": 0}, "restore_batch_bytes"),
         (StoreConfig, {"flush_interval_records": True}, "flush_interval_records"),
         (RocksDBConfig, {"compression": "gzip"}, "compression"),
         (RocksDBConfig, {"write_buffer_size_bytes": 10}, "write_buffer_size_bytes"),

@@ -202,6 +202,25 @@ def test_should_restore_from_beginning_and_report_to_listeners(
     assert [p.offset for p in progress] == [10, 20, 25]
 
 
+def test_a_write_batch_closes_at_the_byte_bound_before_the_record_bound(
+    open_manager: OpenManager, tmp_path: Path
+) -> None:
+    value = b"v" * 1000
+    batches: list[Pairs] = [[(b"k%d" % i, value)] for i in range(6)]
+    write_changelog(tmp_path / "state", *batches)
+    recorder = Recorder()
+    store = open_manager().store(
+        "kv",
+        key_serde=BytesSerde(),
+        value_serde=BytesSerde(),
+        # each log batch holds one ~1,000-byte record: 2,500 bytes close a WriteBatch after 3
+        config=StoreConfig(restore_batch_records=10_000, restore_batch_bytes=2_500),
+        restore_listener=recorder,
+    )
+    assert [c for c in recorder.calls if c[0] == "batch"] == [("batch", 2, 3), ("batch", 5, 3)]
+    assert dict(store.items()) == {b"k%d" % i: value for i in range(6)}
+
+
 def test_should_restore_from_the_applied_offset(open_manager: OpenManager, tmp_path: Path) -> None:
     state = tmp_path / "state"
     manager = open_manager()
