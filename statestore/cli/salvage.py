@@ -323,14 +323,17 @@ def _print(plan: SalvagePlan, doc: dict[str, Any], out: TextIO, state_dir: Path 
                     " participant at its first offset and follow what each plan names\n"
                 )
                 continue
-            here = next(p for p in txn["participants"] if p["this_partition"])
+            named: dict[str, Any] = next(
+                (p for p in txn["participants"] if p["this_partition"]), others[0]
+            )  # the transaction by its part here (else by another of its parts)
             where = ", ".join(f"{p['topic']}-{p['partition']} at {p['offset']}" for p in cut)
             out.write(
                 "      roll back to before it, consistently (it and every later transaction"
                 " a cut would split, removed whole from every partition, all or nothing:"
                 f" {where}):\n"
-                f"        statestore repair roll-back {plan.directory} --offset"
-                f" {here['first_offset']}\n"
+                f"        statestore repair roll-back"
+                f" {plan.directory if named['this_partition'] else named['directory']} --offset"
+                f" {named['first_offset']}\n"
             )
     out.write("steps:\n")
     out.writelines(f"  {step}\n" for step in plan.steps())
