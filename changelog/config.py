@@ -89,6 +89,11 @@ def _minus_one_or_at_least(minimum: int) -> Any:
     return check
 
 
+def _boolean(_instance: object, attribute: attrs.Attribute[bool], value: bool) -> None:
+    if not isinstance(value, bool):
+        raise InvalidConfigError(attribute.name, value, "must be True or False")
+
+
 def _ratio(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidConfigError(attribute.name, value, "must be a number")
@@ -200,6 +205,24 @@ class LogConfig:
 
     flush_ms: int = attrs.field(default=INT64_MAX, validator=_at_least(0))
     """``flush.ms``: fsync on append when the last fsync is older than this."""
+
+    preallocate: bool = attrs.field(default=True, validator=_boolean)
+    """``preallocate``: the active segment's ``.log`` is allocated ahead of its data,
+    zero-filled, so an append overwrites allocated blocks and its flush is an
+    ``fdatasync`` that changes no file metadata (a growing file's flush commits its new
+    size and blocks through the file system's journal: measured in
+    ``docs/performance.md``, "Serving: a one-put commit").  Unlike Kafka, which sizes the file at
+    ``segment.bytes`` when it creates the segment, the space grows by
+    ``preallocate_extent_bytes`` at a time (zero-filled, so a 64 MiB segment that rolls
+    at 64 KiB does not write 64 MiB of zeros).  The file is trimmed to its batches when
+    the segment rolls or the log closes cleanly; after a crash the loader cuts the zero
+    tail (``docs/recovery.md``).  Kafka's default is ``false``; ours is ``True``."""
+
+    preallocate_extent_bytes: int = attrs.field(default=1024 * 1024, validator=_at_least(1))
+    """Beyond Kafka: with ``preallocate``, how far past an append's end the ``.log`` is
+    zero-filled when the append does not fit in the space already allocated (capped at
+    ``segment_bytes``).  No room for the zeros (``ENOSPC``, ``EFBIG``, ``EDQUOT``) does not
+    fail the append: that segment goes on without preallocation."""
 
     compression_type: str = attrs.field(default="none", validator=_compression_type)
     """``compression.type``: the codec appends compress with (``none``, ``gzip``,

@@ -47,11 +47,13 @@ __all__ = [
     "delete_file",
     "delete_tree",
     "fault_point",
+    "fdatasync_fd",
     "fsync_dir",
     "fsync_fd",
     "inject_faults",
     "make_dirs",
     "parse_base_offset",
+    "pwrite_fd",
     "rename_file",
     "segment_file_name",
     "truncate_fd",
@@ -145,6 +147,40 @@ def write_fd(fd: int, data: bytes | memoryview, path: Path, step: str = "write")
         while view:
             written = os.write(fd, view)
             view = view[written:]
+    except OSError as exc:
+        raise _storage_error(path, step, exc) from exc
+
+
+def pwrite_fd(
+    fd: int, data: bytes | bytearray | memoryview, position: int, path: Path, step: str = "write"
+) -> None:
+    """Write all of ``data`` at ``position`` (looping on short writes); the fd's offset is
+    not used, so the descriptor must not be ``O_APPEND`` (Linux would append)."""
+    view = memoryview(data)
+    try:
+        try:
+            fault_point(step, path)
+        except ShortWrite:
+            os.pwrite(fd, view[: len(view) // 2], position)
+            raise
+        while view:
+            written = os.pwrite(fd, view, position)
+            view = view[written:]
+            position += written
+    except OSError as exc:
+        raise _storage_error(path, step, exc) from exc
+
+
+def fdatasync_fd(fd: int, path: Path, step: str = "fsync") -> None:
+    """``fdatasync`` an open file: its data, and its size when that changed.
+
+    fdatasync(2): metadata needed to read the data back (the file size) is flushed;
+    timestamps are not.  So it is as durable as ``fsync`` for an append, and cheaper
+    only when the append changed no metadata (a write into preallocated space).
+    """
+    try:
+        fault_point(step, path)
+        os.fdatasync(fd)
     except OSError as exc:
         raise _storage_error(path, step, exc) from exc
 

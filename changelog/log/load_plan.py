@@ -10,8 +10,12 @@ Recovery trusts nothing it can check.  The only data it ever removes is a
 *torn tail*: bytes at the end of the active segment, after an unclean
 shutdown, at or above the recovery point, that are shaped like a write cut
 short (a batch header or body that runs past the end of the file, or bytes
-that are all zero, or a batch with a whole zero-filled 4 KiB page) and
-followed by no valid batch.  Everything else is a typed error naming the
+that are all zero, or a batch with a whole zero-filled 4 KiB page, or a batch
+whose bytes stop at a 512-byte sector boundary with zeros from there to the end
+of the file) and followed by no valid batch.  Zeros are what a preallocated
+active segment (``LogConfig.preallocate``) holds past its last batch: a crash
+leaves them, and a write cut short inside them leaves the sectors it did not
+reach zero.  Everything else is a typed error naming the
 file, the position and the offsets:
 
 =====================================================  ===================================
@@ -127,6 +131,9 @@ _LAST_OFFSET_DELTA_AT: Final = field_offset("last_offset_delta")
 _BASE_OFFSET: Final = struct.Struct(">q")
 _DELTA: Final = struct.Struct(">i")
 _PAGE: Final = 4096
+_SECTOR: Final = 512
+"""The unit a disk writes atomically: a write into preallocated zeros cut short by a
+power cut leaves whole sectors of it unwritten (zero)."""
 
 Action = Literal[
     "delete", "rename", "truncate", "rebuild-indexes", "create-segment", "write-checkpoint"
@@ -170,6 +177,8 @@ class PlannedSegment:
     """Whether every batch is CRC-checked and both indexes rebuilt (after an unclean shutdown)."""
     rebuild_reasons: tuple[str, ...]
     """Why the indexes of a trusted segment are rebuilt (empty: used as found)."""
+    zero_tail: bool = False
+    """Whether everything past ``valid_bytes`` is zeros (preallocated space, no torn write)."""
 
     @property
     def recover(self) -> bool:
@@ -565,11 +574,13 @@ class _SegmentCheck:
                             f"the active segment ends at offset {next_offset - 1}, but {problem}",
                             offset=next_offset,
                         )
+        zero_tail = valid < size and _all_zero(self.log_path, valid, size)
         return PlannedSegment(
             base_offset=self.base,
             log_path=self.log_path,
             size_bytes=size,
             valid_bytes=valid,
+            zero_tail=zero_tail,
             next_offset=next_offset,
             revalidated=True,
             rebuild_reasons=(),
@@ -592,7 +603,12 @@ class _SegmentCheck:
         """
         with MappedFile(self.log_path) as data:
             problem = None
-            if next_offset < recovery_point:
+            zeros = data[position:].count(0) == len(data) - position
+            if zeros:
+                # The end of the log (preallocated space), whatever the recovery point
+                # says: a recovery point above it is refused by the checkpoint cross-check.
+                problem = self._indexed_beyond(data, position, next_offset)
+            elif next_offset < recovery_point:
                 problem = (
                     f"it lies below the recovery point {recovery_point} (those offsets were"
                     " flushed)"
@@ -659,9 +675,15 @@ class _SegmentCheck:
         return None
 
 
+def _written_end(data: bytes | mmap.mmap, position: int) -> int:
+    """The position after the last byte that is not zero (``position`` if none is): past it,
+    preallocated zeros that no write reached."""
+    return position + len(bytes(data[position:]).rstrip(b"\0"))
+
+
 def _torn_last_offset(data: bytes | mmap.mmap, position: int) -> int | None:
     """The last offset the torn batch at ``position`` declares, if its header got that far."""
-    if len(data) - position < _LAST_OFFSET_DELTA_AT + 4:
+    if min(len(data), _written_end(data, position)) - position < _LAST_OFFSET_DELTA_AT + 4:
         return None
     base: int = _BASE_OFFSET.unpack_from(data, position)[0]
     delta: int = _DELTA.unpack_from(data, position + _LAST_OFFSET_DELTA_AT)[0]
@@ -678,13 +700,23 @@ def _last_offset_at(reader: SegmentReader, position: int) -> int | None:
     return None
 
 
+def _all_zero(path: Path, start: int, end: int) -> bool:
+    """Whether ``path`` holds only zeros in ``[start, end)``."""
+    with MappedFile(path) as data:
+        return data[start:end].count(0) == end - start
+
+
 def _torn_shaped(data: bytes | mmap.mmap, position: int) -> bool:
     """Whether the bytes from ``position`` look like a write cut short (see the module docstring)."""
     remaining = len(data) - position
     if remaining < LOG_OVERHEAD:
         return True
-    if data[position:].count(0) == remaining:
+    written = _written_end(data, position)  # zeros from there on (preallocated)
+    if written == position:
         return True
+    zeros_from = -(-written // _SECTOR) * _SECTOR  # a write cut short stops at a sector
+    if zeros_from < min(len(data), position + BATCH_HEADER_SIZE):
+        return True  # the header itself cut short inside preallocated zeros
     size = declared_size(data, position)
     if size < BATCH_HEADER_SIZE:
         return False  # no batch of a real write declares that
@@ -692,6 +724,8 @@ def _torn_shaped(data: bytes | mmap.mmap, position: int) -> bool:
         return False
     if size > remaining:
         return True
+    if zeros_from < min(len(data), position + size):
+        return True  # cut at a sector boundary inside preallocated zeros
     end = position + size if size >= BATCH_HEADER_SIZE else len(data)
     page = -(-position // _PAGE) * _PAGE
     zero = bytes(_PAGE)
@@ -882,8 +916,14 @@ def _plan_segments(
                     "L8",
                     "truncate",
                     planner.directory / files.segment_file_name(base, files.LOG_SUFFIX),
-                    f"torn tail of {segment.size_bytes - segment.valid_bytes} bytes after offset"
-                    f" {segment.next_offset - 1} (a write cut short by the crash)",
+                    (
+                        f"zero-filled tail of {segment.size_bytes - segment.valid_bytes} bytes"
+                        f" after offset {segment.next_offset - 1} (preallocated space past the"
+                        " last batch)"
+                    )
+                    if segment.zero_tail
+                    else f"torn tail of {segment.size_bytes - segment.valid_bytes} bytes after"
+                    f" offset {segment.next_offset - 1} (a write cut short by the crash)",
                     position=segment.valid_bytes,
                 )
             planner.step(

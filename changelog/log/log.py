@@ -7,8 +7,10 @@ the only one appended to.  Offsets are assigned densely by :meth:`Log.append`
 Crash protocols (the loader pass that finishes or undoes each step is in
 brackets; ``docs/recovery.md`` tells the whole story):
 
-* append: A1 write the batch with one ``write`` [L8 cuts a torn tail];
-  A2 fsync the ``.log`` when the flush policy says so, by group commit
+* append: A1 write the batch with one ``write``, into space preallocated by an
+  earlier append, or then a second ``write`` of ``preallocate_extent_bytes`` of zeros
+  after it (``LogConfig.preallocate``) [L8 cuts a torn tail and the zeros after the
+  last batch]; A2 fdatasync the ``.log`` when the flush policy says so, by group commit
   (:mod:`changelog.log.group_commit`): after ``lock`` is released, one fsync by
   a leader covers every batch appended before it started.  A transactional
   batch (:meth:`Log.append_transactional`) is an append like any other; it
@@ -17,8 +19,8 @@ brackets; ``docs/recovery.md`` tells the whole story):
   ``write`` [L8 cuts a torn tail]; M2 an ABORT of a transaction with data
   appends its entry to the active segment's ``.txnindex`` (not fsynced) [L10
   rebuilds every ``.txnindex`` from the batches]; then A2.
-* roll (by size, age, a full index, or ``roll_dirty_ratio``): R1 flush the old active
-  segment (``.log`` and indexes);
+* roll (by size, age, a full index, or ``roll_dirty_ratio``): R1 cut the old active
+  segment's preallocated zeros, flush it (``.log`` and indexes);
   R2 create the new segment's files [L7 loads them, empty]; R3 fsync the
   directory; R4 write the recovery-point checkpoint.
 * truncate: T0 write the recovery-point checkpoint lowered to the base offset
@@ -31,7 +33,7 @@ brackets; ``docs/recovery.md`` tells the whole story):
   first [L2, L6]; D2 remove them after ``file_delete_delay_ms`` [L2]; D3 the log
   start offset moves to the first remaining segment [L9].
 * replace (Kafka's ``replaceSegments``): S0-S6 [L2-L5], in :mod:`changelog.log.replace`.
-* close: C1 flush the active segment; C2 write the recovery-point checkpoint;
+* close: C1 cut the active segment's preallocated zeros, flush it; C2 write the recovery-point checkpoint;
   C3 write the log-start-offset checkpoint; C4 remove pending ``.deleted``
   files [L2]; C5 write the clean-shutdown marker [L11 deletes it; its absence
   makes L8 run].
@@ -629,7 +631,12 @@ class Log:
                 messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
             ) or self._dirty_roll_due(segment, size):
                 segment = self._roll_locked()
-            segment.append(batch, largest_offset=last, largest_timestamp_ms=stamp)  # A1 / M1
+            segment.append(
+                batch,
+                largest_offset=last,
+                largest_timestamp_ms=stamp,
+                preallocate=self._config.preallocate,
+            )  # A1 / M1
             self._log_end_offset = last + 1
             if producer_state:
                 self._update_producer_state(segment, bytes(batch))

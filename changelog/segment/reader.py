@@ -84,7 +84,8 @@ class SharedLogFile:
 
     @classmethod
     def open(cls, path: Path) -> SharedLogFile:
-        """Open ``path`` for appending and reading, creating it if missing."""
+        """Open ``path`` for writing and reading, creating it if missing (not ``O_APPEND``:
+        the segment writes at its own size, which a preallocated file's end is not)."""
         return cls(_open_log(path), path)
 
     def size(self) -> int:
@@ -187,7 +188,7 @@ class SharedLogFile:
 
 
 def _open_log(path: Path, *, create: bool = True) -> int:
-    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
     try:
         return os.open(path, flags, 0o644)
     except OSError as exc:

@@ -5,9 +5,10 @@ protocol suffix ``.cleaned``/``.swap`` while the segment-replace protocol runs):
 
     file                        | content                                 | after a crash
     ----------------------------+-----------------------------------------+------------------------
-    <base offset>.log           | record batches v2, back to back         | trusted batch by batch
-                                |                                         | (CRC) past the recovery
-                                |                                         | point; a torn tail is cut
+    <base offset>.log           | record batches v2, back to back; the    | trusted batch by batch
+                                | active segment's may end in zeros       | (CRC) past the recovery
+                                | (preallocated space, ``preallocate``)   | point; a torn or zero
+                                |                                         | tail is cut
     <base offset>.index         | sparse (relative offset, position)      | rebuilt from the .log
     <base offset>.timeindex     | sparse (max timestamp so far, offset)   | rebuilt from the .log
 
@@ -16,6 +17,16 @@ The indexes, and Kafka's rule for filling them batch by batch, are in
 lock-free readers in :mod:`changelog.segment.reader` (``SegmentReader`` is
 imported back here for its users).  An offset is looked up in the offset index,
 then batch headers are scanned from the entry found.
+
+Preallocation (``LogConfig.preallocate``, asked for by the log for its active
+segment on each append): when an append does not fit in the space the ``.log``
+already has, a second write puts ``preallocate_extent_bytes`` of zeros after the
+batch, so the next appends overwrite allocated, zero-filled blocks and their
+flush (:meth:`LogSegment.flush_log`, :meth:`LogSegment.flush_pinned`) is an
+``fdatasync`` that commits no metadata.  The zeros past ``size_bytes`` are not
+part of the segment: :meth:`LogSegment.on_become_inactive` (a roll, a clean
+close) cuts them before the segment's final fsync, and after a crash the loader
+cuts them as the end of the log (``changelog.log.load_plan``).
 
 Descriptors: a segment that is not active holds none (:meth:`LogSegment.release_descriptors`,
 called by the loader for every segment but the last, by a roll for the old active
@@ -28,11 +39,13 @@ serialises every mutation and :meth:`open_reader` call under ``Log.lock``.
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 from changelog.config import LogConfig
 from changelog.errors import (
@@ -54,6 +67,9 @@ __all__ = ["LogSegment", "SegmentReader", "roll_jitter_ms"]
 
 logger = logging.getLogger(__name__)
 
+_NO_ROOM: Final = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+"""Errors of a preallocation write that leave the append without preallocation."""
+
 
 def roll_jitter_ms(config: LogConfig) -> int:
     """A random jitter in ``[0, min(segment_jitter_ms, max_segment_ms))``, as Kafka draws per segment."""
@@ -65,8 +81,9 @@ def roll_jitter_ms(config: LogConfig) -> int:
 class LogSegment:
     """A ``.log`` + ``.index`` + ``.timeindex`` triple holding offsets from ``base_offset`` on.
 
-    Invariants: ``size_bytes`` is the length of the ``.log`` file and ends on a
-    batch boundary; every batch's offsets lie in ``[base_offset, base_offset +
+    Invariants: ``size_bytes`` is the length of the batches in the ``.log`` file
+    and ends on a batch boundary; the file is ``allocated_bytes >= size_bytes``
+    long, zeros past ``size_bytes`` (only an active segment's is longer); every batch's offsets lie in ``[base_offset, base_offset +
     INT32_MAX]`` and increase through the file; the indexes hold what
     :meth:`SegmentIndexes.add_batch` made of exactly these batches;
     ``largest_timestamp_ms`` is the largest ``max_timestamp`` of any batch
@@ -98,6 +115,8 @@ class LogSegment:
         self._suffix = file_suffix
         self._file = log
         self._size = size
+        self._allocated = size
+        self._preallocation_failed = False
         self._indexes = indexes
         self.txn_index = (
             txn_index
@@ -188,8 +207,13 @@ class LogSegment:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes in the ``.log`` file."""
+        """Bytes of batches in the ``.log`` file."""
         return self._size
+
+    @property
+    def allocated_bytes(self) -> int:
+        """The ``.log`` file's length: ``size_bytes`` plus preallocated zeros."""
+        return self._allocated
 
     @property
     def file_suffix(self) -> str:
@@ -263,9 +287,14 @@ class LogSegment:
         largest_offset: int,
         largest_timestamp_ms: int,
         offset_of_max_timestamp: int | None = None,
+        preallocate: bool = False,
     ) -> None:
         """Append one or more whole batches (encoded and validated) with one write; no fsync.
 
+        With ``preallocate`` (the log's active segment under ``LogConfig.preallocate``)
+        an append that does not fit in the allocated space writes
+        ``preallocate_extent_bytes`` of zeros after itself (a second write; module
+        docstring).
         ``largest_offset`` is the last offset in ``batch_bytes`` and must fit
         int32 relative to the base offset.  The indexes are filled batch by
         batch as in Kafka (:mod:`changelog.segment.indexes`), exactly as
@@ -294,8 +323,11 @@ class LogSegment:
                 batch_bytes, largest_offset, path=self.log_path, prefix=self._prefix
             )
         position = self._size
+        end = position + size
         try:
-            files.write_fd(fd, memoryview(batch_bytes), self.log_path, "segment.append")
+            files.pwrite_fd(fd, batch_bytes, position, self.log_path, "segment.append")
+            if preallocate and end > self._allocated and not self._preallocation_failed:
+                self._preallocate(fd, end)
             if extents is None:
                 self._indexes.add_batch(position, size, largest_offset, largest_timestamp_ms)
             else:
@@ -309,13 +341,43 @@ class LogSegment:
             # effort: the owning Log is failed now, and recovery cuts a torn tail).
             try:
                 files.truncate_fd(fd, position, self.log_path, "segment.append.undo")
+                self._allocated = position
             except LogStorageError:
                 logger.warning("%scould not undo the failed append at %s", self._prefix, position)
             raise
-        self._size = position + size
+        self._size = end
+        self._allocated = max(self._allocated, end)
         if position == 0:
             first_max_timestamp = largest_timestamp_ms if extents is None else extents[0][2]
             self._rolling_based_timestamp = first_max_timestamp
+
+    def _preallocate(self, fd: int, end: int) -> None:
+        """Zero-fill ``[end, end + preallocate_extent_bytes)`` (capped at ``segment_bytes``).
+
+        No room for the zeros (``ENOSPC``, ``EFBIG``, ``EDQUOT``) is not a failed append:
+        the zeros written are cut again, and this segment appends without preallocation
+        from then on (its batches still fit, or their own write fails).  Any other error
+        fails the append (the caller undoes it).
+        """
+        limit = min(end + self._config.preallocate_extent_bytes, self._config.segment_bytes)
+        if limit <= end:
+            return
+        try:
+            files.pwrite_fd(fd, bytes(limit - end), end, self.log_path, "segment.preallocate")
+        except LogStorageError as exc:
+            if exc.errno not in _NO_ROOM:
+                raise
+            files.truncate_fd(fd, end, self.log_path, "segment.preallocate.undo")
+            self._preallocation_failed = True
+            logger.warning(
+                "%sno room to preallocate %s bytes after position %s (%s): appending without",
+                self._prefix,
+                limit - end,
+                end,
+                exc,
+            )
+            return
+        self._allocated = limit
 
     # ----------------------------------------------------------------- reading
 
@@ -451,9 +513,18 @@ class LogSegment:
         return waited > self._config.max_segment_ms - self.roll_jitter_ms
 
     def on_become_inactive(self) -> None:
-        """The log rolled past this segment: final time index entry, both indexes trimmed."""
+        """The log rolls past this segment or closes: final time index entry, both indexes
+        trimmed, the ``.log``'s preallocated zeros cut (the caller's :meth:`flush` makes
+        the cut durable before a new segment or the clean-shutdown marker can follow)."""
         self._indexes.append_final_time_entry()
         self._indexes.trim_to_valid_size()
+        self.trim()
+
+    def trim(self) -> None:
+        """Cut the ``.log``'s preallocated zeros (no fsync; Kafka's ``FileRecords.trim``)."""
+        if self._allocated > self._size:
+            files.truncate_fd(self._file.require(), self._size, self.log_path, "segment.trim")
+            self._allocated = self._size
 
     # ----------------------------------------------------------------- recovery and truncation
 
@@ -484,6 +555,7 @@ class LogSegment:
             logger.warning("%struncating %s invalid bytes at %s", self._prefix, truncated, where)
             files.truncate_fd(fd, valid, self.log_path, "segment.recover.truncate")
         self._size = valid
+        self._allocated = valid
         return truncated
 
     def truncate_to(self, offset: int, *, now_ms: int | None = None) -> int:
@@ -501,6 +573,7 @@ class LogSegment:
             removed = self._size - position
             files.truncate_fd(fd, position, self.log_path, "segment.truncate")
             self._size = position
+            self._allocated = position
         if self._size == 0:
             self._created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
             self._rolling_based_timestamp = None
@@ -529,22 +602,24 @@ class LogSegment:
         self.txn_index.flush()
 
     def flush_log(self) -> None:
-        """fsync the ``.log`` only (the append path: indexes are rebuilt after a crash)."""
-        files.fsync_fd(self._file.require(), self.log_path, "segment.flush")
+        """fdatasync the ``.log`` only (the append path: indexes are rebuilt after a crash;
+        :func:`changelog.fs.files.fdatasync_fd` flushes the size too when it changed)."""
+        files.fdatasync_fd(self._file.require(), self.log_path, "segment.flush")
 
     def pin_log(self) -> int:
         """Pin the ``.log`` descriptor for :meth:`flush_pinned` (call under ``Log.lock``)."""
         return self._file.pin()
 
     def flush_pinned(self, fd: int) -> None:
-        """fsync the ``.log`` through ``fd`` from :meth:`pin_log`, then unpin it.
+        """fdatasync the ``.log`` through ``fd`` from :meth:`pin_log` (as :meth:`flush_log`),
+        then unpin it.
 
         The one method of a segment called without ``Log.lock`` (the group
         commit's fsync, :mod:`changelog.log.group_commit`): the pin keeps the
         descriptor open if the segment is closed, rolled or replaced meanwhile.
         """
         try:
-            files.fsync_fd(fd, self.log_path, "segment.flush")
+            files.fdatasync_fd(fd, self.log_path, "segment.flush")
         finally:
             self._file.unpin()
 

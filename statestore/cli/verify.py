@@ -227,10 +227,11 @@ def _plan(directory: Path, report: PartitionReport) -> LoadPlan | None:
         steps=tuple(step.render() for step in plan.steps),
         log_end_offset=plan.log_end_offset,
     )
+    zeros = {segment.log_path for segment in plan.segments if segment.zero_tail}
     for step in plan.steps:
-        repair = step.action == "truncate" or (
+        repair = (step.action == "truncate" and step.path not in zeros) or (
             step.action == "rebuild-indexes" and step.pass_name == _TRUSTED_REBUILD_PASS
-        )
+        )  # a preallocated segment's zeros (a running owner's, a crash's) are no damage
         report.problems.append(
             Problem(
                 "warning" if repair else "info",

@@ -26,6 +26,9 @@ def test_defaults_are_kafkas() -> None:
         ("flush_messages", 0),
         ("index_interval_bytes", "4096"),
         ("segment_bytes", True),
+        ("preallocate", "true"),
+        ("preallocate", 1),
+        ("preallocate_extent_bytes", 0),
     ],
 )
 def test_nonsense_is_rejected(setting: str, value: object) -> None:

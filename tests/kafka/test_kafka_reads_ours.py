@@ -4,7 +4,9 @@ A log written by :class:`changelog.log.log.Log` (many segments, batches of 1-9
 records, tombstones, timestamps that sometimes go backwards) and the same log
 after our cleaner: Kafka finds every batch valid, the same offsets, keys,
 values and timestamps as we wrote and read, and accepts our offset and time
-indexes (``--verify-index-only``, ``--index-sanity-check``).
+indexes (``--verify-index-only``, ``--index-sanity-check``).  The active segment is
+preallocated while the log is open (zeros past its last batch): Kafka reads the file
+the clean close trimmed, with no invalid trailing bytes.
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ def _write(directory: Path, segment_bytes: int = 1024) -> list[Row]:
             info = log.append(pairs, timestamp_ms=ts)
             assert info.first_offset == offset - len(pairs)
         assert len(log.segments) >= 4
+        # preallocated (the default): zeros past the last batch until the clean close trims them
+        active = log.active_segment
+        assert config.preallocate
+        assert active.log_path.stat().st_size > active.size_bytes
+    assert active.log_path.stat().st_size == active.size_bytes
     return written
 
 

@@ -1,20 +1,26 @@
 """Record the file operations of a workload, then build the disk images a power cut could leave.
 
 :class:`Recorder` wraps the ``os`` functions the changelog calls (``open``,
-``write``, ``lseek``, ``ftruncate``, ``fsync``, ``close``, ``replace``,
-``rename``, ``unlink``, ``mkdir``; :mod:`pathlib` calls them too) for paths
+``write``, ``pwrite``, ``lseek``, ``ftruncate``, ``fsync``, ``fdatasync``, ``close``,
+``replace``, ``rename``, ``unlink``, ``mkdir``; :mod:`pathlib` calls them too) for paths
 under one root, lets each real call happen, and keeps a model of the file
 system beside it with POSIX's durability rules:
 
-- a file's data (and size) is durable once the file was fsynced; a file that
-  was never fsynced is empty after a power cut;
+- a file's data (and size) is durable once the file was fsynced, or fdatasynced
+  (fdatasync(2) flushes the size when it changed; timestamps, which the model does
+  not keep, are all it may leave behind); a file that was never fsynced is empty
+  after a power cut;
 - a directory entry (a create, a rename, an unlink, a mkdir) is durable once
   its *directory* was fsynced; until then the old entry may be what survives;
 - nothing else is promised: an un-fsynced file's newer content may survive,
   or a prefix of it, or not; of a directory's entry changes since its last
   fsync, any subset survives (each change atomic: a rename is never half
   done; but not necessarily in order, so a protocol that needs one change
-  durable before the next must fsync between them).
+  durable before the next must fsync between them);
+- an un-fsynced change to a file may survive cut short: a prefix of it, byte by
+  byte where it extends the file, whole 512-byte sectors where it overwrites
+  bytes that were durable (a disk writes a sector atomically; a write into
+  preallocated zeros leaves the sectors it did not reach zero).
 
 Every operation is one step of :attr:`Recorder.events` (and
 :meth:`Recorder.mark` adds workload markers such as "commit 12
@@ -46,9 +52,11 @@ _REAL = {
     for name in (
         "open",
         "write",
+        "pwrite",
         "lseek",
         "ftruncate",
         "fsync",
+        "fdatasync",
         "close",
         "replace",
         "rename",
@@ -191,6 +199,21 @@ class Recorder:
         self._record("write", self._path_of(known.inode), (at, written))
         return written
 
+    def _pwrite(self, fd: int, data: Any, position: int) -> int:
+        written: int = _REAL["pwrite"](fd, data, position)
+        known = self._fds.get(fd)
+        if known is None:
+            return written
+        inode = self._inodes[known.inode]
+        if known.append:  # Linux: pwrite on an O_APPEND descriptor appends
+            position = len(inode.data)
+        chunk = bytes(memoryview(data)[:written])
+        if position > len(inode.data):
+            inode.data.extend(bytes(position - len(inode.data)))
+        inode.data[position : position + written] = chunk
+        self._record("write", self._path_of(known.inode), (position, written))
+        return written
+
     def _lseek(self, fd: int, position: int, how: int) -> int:
         result: int = _REAL["lseek"](fd, position, how)
         if fd in self._fds:
@@ -287,9 +310,11 @@ class Recorder:
         wrappers = {
             "open": self._open,
             "write": self._write,
+            "pwrite": self._pwrite,
             "lseek": self._lseek,
             "ftruncate": self._ftruncate,
             "fsync": self._fsync,
+            "fdatasync": self._fsync,
             "close": self._close,
             "replace": lambda s, d, *a, **k: self._move("replace", s, d, *a, **k),
             "rename": lambda s, d, *a, **k: self._move("rename", s, d, *a, **k),
@@ -356,7 +381,23 @@ class Recorder:
                 current = bytes(inode.data)
                 if choice < 0.4:
                     data = current
-                elif choice < 0.7 and current.startswith(inode.durable):
-                    cut = rng.randrange(len(inode.durable), len(current) + 1)
-                    data = current[:cut]
+                elif choice < 0.7:
+                    data = _cut_short(inode.durable, current, rng)
             (target / name).write_bytes(data)
+
+
+_SECTOR = 512
+
+
+def _cut_short(durable: bytes, current: bytes, rng: random.Random) -> bytes:
+    """``current`` written up to a random point after its first change (module docstring):
+    byte-exact past the durable end, at a sector boundary over durable bytes."""
+    first = next(
+        (i for i, (old, new) in enumerate(zip(durable, current, strict=False)) if old != new),
+        min(len(durable), len(current)),
+    )
+    cut = rng.randrange(first, len(current) + 1)
+    if cut < len(durable):
+        cut = cut // _SECTOR * _SECTOR
+        return current[:cut] + durable[cut:]
+    return current[:cut]

@@ -32,7 +32,12 @@ from tests.reliability.model import commit_ops
 
 CLEANER = CleanerConfig(dedupe_buffer_size_bytes=1 << 20)
 SEED = 11
-CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=128, segment_index_bytes=4096)
+CONFIG = LogConfig(
+    segment_bytes=2048, index_interval_bytes=128, segment_index_bytes=4096, preallocate=False
+)
+"""Not preallocated: the cases damage a ``.log`` that ends at its last batch (Kafka's default;
+the zero-filled tail of a preallocated segment has its own cases in
+tests/changelog/log/test_preallocate.py and the power-loss images)."""
 Rec = tuple[int, bytes | None, bytes | None]
 
 

@@ -19,6 +19,7 @@ log end offset and return it after a clean reopen.
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -264,9 +265,11 @@ def _prepare_torn(n: int, config: dict[str, Any]) -> Callable[[Path, Clock], Non
         log = open_log(directory, config, clock)
         _append_commits(log, 0, n - 1)
         active = log.active_segment.log_path
+        size = log.active_segment.size_bytes
         end = log.log_end_offset
         log.abandon()  # crash: no checkpoints, no marker
         abandon_dir(directory)
+        os.truncate(active, size)  # no preallocated zeros: the file ends at its last batch
         torn = encode_batch(end, [(b"torn", b"t" * 300)], timestamp_ms=1)
         with active.open("ab") as handle:
             handle.write(torn[:40])  # a write cut short: the start of a real batch

@@ -25,6 +25,7 @@ swap are what the protocols in ``docs/recovery.md`` promise.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 from collections.abc import Callable
@@ -57,6 +58,11 @@ COMPACT = LogConfig(
     file_delete_delay_ms=0,
 )
 MERGING = attrs.evolve(COMPACT, segment_bytes=6000)
+SMALL_EXTENTS = attrs.evolve(COMPACT, preallocate_extent_bytes=150)
+"""The active segment grows its preallocated zeros several times per segment (each growth
+write carries the batch and the zeros after it, so a cut can land in either)."""
+NOT_PREALLOCATED = attrs.evolve(COMPACT, preallocate=False)
+"""The ``.log`` ends at its last batch (Kafka's default; files a broker wrote)."""
 RETENTION = LogConfig(
     segment_bytes=1000,
     index_interval_bytes=200,
@@ -82,23 +88,25 @@ class _Clock:
 Workload = Callable[[Path, Recorder, int], None]
 
 
-def commit_workload(root: Path, rec: Recorder, commits: int) -> None:
+def commit_workload(root: Path, rec: Recorder, commits: int, config: LogConfig = COMPACT) -> None:
     clock = _Clock()
     directory = root / "state" / PARTITION
-    log = Log.open(directory, config=COMPACT, clock=clock)
+    log = Log.open(directory, config=config, clock=clock)
     i = 0
     for i in range(commits):
         log.append(commit_ops(SEED, i))
         rec.mark("ack", i)
     log.close()
-    log = Log.open(directory, config=COMPACT, clock=clock)  # L10 deletes the marker
+    log = Log.open(directory, config=config, clock=clock)  # L10 deletes the marker
     for i in range(commits, commits + 4):
         log.append(commit_ops(SEED, i))
         rec.mark("ack", i)
     log.roll()
-    log.abandon()  # a crash: the next open recovers
-    log = Log.open(directory, config=COMPACT, clock=clock)
-    for i in range(commits + 4, commits + 7):
+    log.append(commit_ops(SEED, commits + 4))
+    rec.mark("ack", commits + 4)
+    log.abandon()  # a crash (the active segment keeps its zeros): the next open recovers
+    log = Log.open(directory, config=config, clock=clock)
+    for i in range(commits + 5, commits + 8):
         log.append(commit_ops(SEED, i))
         rec.mark("ack", i)
     log.close()
@@ -190,6 +198,18 @@ def check_suffix(
 
 CASES: dict[str, tuple[Workload, LogConfig, Callable[..., tuple[int, int]], int]] = {
     "commit": (commit_workload, COMPACT, check_model, 10),
+    "commit-small-extents": (
+        functools.partial(commit_workload, config=SMALL_EXTENTS),
+        SMALL_EXTENTS,
+        check_model,
+        10,
+    ),
+    "commit-not-preallocated": (
+        functools.partial(commit_workload, config=NOT_PREALLOCATED),
+        NOT_PREALLOCATED,
+        check_model,
+        10,
+    ),
     "interrupted-swap": (interrupted_swap_workload, MERGING, check_model, 16),
     "swap": (swap_workload, COMPACT, check_model, 16),
     "retention": (retention_workload, RETENTION, check_suffix, 14),
@@ -201,6 +221,7 @@ def _no_fsync_while_checking(monkeypatch: pytest.MonkeyPatch) -> None:
     """Images are opened hundreds of times; their fsyncs prove nothing (the recorder models
     durability) and cost milliseconds each."""
     monkeypatch.setattr(os, "fsync", lambda _fd: None)
+    monkeypatch.setattr(os, "fdatasync", lambda _fd: None)
 
 
 def run_case(tmp_path: Path, name: str, scale: int) -> None:

@@ -139,32 +139,39 @@ def test_garbage_recovery_point_checkpoint_is_refused(
 # ----------------------------------------------------------------- torn and corrupt tails
 
 
-def test_torn_tail_is_truncated(log_dir: Path, small_config: LogConfig, clock: FakeClock) -> None:
-    content = build(log_dir, small_config, clock, clean=False)
+@pytest.fixture
+def plain_config(small_config: LogConfig) -> LogConfig:
+    """``small_config`` without preallocation: the ``.log`` ends at its last batch, as
+    Kafka's (``preallocate=false``) do; the zero-filled tail has its own tests below."""
+    return attrs.evolve(small_config, preallocate=False)
+
+
+def test_torn_tail_is_truncated(log_dir: Path, plain_config: LogConfig, clock: FakeClock) -> None:
+    content = build(log_dir, plain_config, clock, clean=False)
     active = max(log_dir.glob("*.log"))
     size = active.stat().st_size
     os.truncate(active, size - 5)  # cut into the last batch (3 records)
-    with Log.open(log_dir, small_config, clock) as log:
+    with Log.open(log_dir, plain_config, clock) as log:
         assert state(log) == content[:-3]
         assert log.log_end_offset == content[-3][0]
         log.append(records(1000, 1))
         expected = [*content[:-3], (content[-3][0], b"k1000", records(1000, 1)[0][1])]
         assert state(log) == expected
-    with Log.open(log_dir, small_config, clock) as log:
+    with Log.open(log_dir, plain_config, clock) as log:
         assert state(log) == expected
 
 
 def test_a_torn_write_of_a_long_batch_is_truncated(
-    log_dir: Path, small_config: LogConfig, clock: FakeClock
+    log_dir: Path, plain_config: LogConfig, clock: FakeClock
 ) -> None:
     """The start of a batch whose declared length runs past the end of the file: cut."""
-    content = build(log_dir, small_config, clock, clean=False)
+    content = build(log_dir, plain_config, clock, clean=False)
     active = max(log_dir.glob("*.log"))
     size = active.stat().st_size
     head = encode_batch(content[-1][0] + 1, [(b"k", b"v" * 500)], timestamp_ms=1)
     with active.open("ab") as f:
         f.write(head[:300])
-    with Log.open(log_dir, small_config, clock) as log:
+    with Log.open(log_dir, plain_config, clock) as log:
         assert state(log) == content
     assert active.stat().st_size == size
 
@@ -179,15 +186,15 @@ def test_a_torn_write_of_a_long_batch_is_truncated(
     ids=["bad-magic", "short-length", "negative-length"],
 )
 def test_garbage_appended_is_refused(
-    log_dir: Path, small_config: LogConfig, clock: FakeClock, garbage: bytes
+    log_dir: Path, plain_config: LogConfig, clock: FakeClock, garbage: bytes
 ) -> None:
     """Bytes no interrupted write leaves are not a torn tail: an error, nothing cut."""
-    build(log_dir, small_config, clock, clean=False)
+    build(log_dir, plain_config, clock, clean=False)
     active = max(log_dir.glob("*.log"))
     size = active.stat().st_size
     with active.open("ab") as f:
         f.write(garbage)
-    error = refused(log_dir, small_config, clock, CorruptRecordError)
+    error = refused(log_dir, plain_config, clock, CorruptRecordError)
     assert error.path == active  # type: ignore[attr-defined]
     assert error.position == size  # type: ignore[attr-defined]
 
@@ -216,20 +223,20 @@ def test_corruption_in_a_closed_segment_past_the_recovery_point_is_refused(
 
 
 def test_corruption_in_the_middle_of_the_active_segment_is_refused(
-    log_dir: Path, small_config: LogConfig, clock: FakeClock
+    log_dir: Path, plain_config: LogConfig, clock: FakeClock
 ) -> None:
     """Valid batches after the damage: not a torn tail, so nothing is cut."""
-    build(log_dir, small_config, clock, clean=False)
+    build(log_dir, plain_config, clock, clean=False)
     active = max(log_dir.glob("*.log"))
     base = int(active.name[:20])
-    with LogSegment.open(log_dir, base, config=small_config) as segment:
+    with LogSegment.open(log_dir, base, config=plain_config) as segment:
         positions = [(p, h) for p, h in segment.headers()]
     assert len(positions) >= 3
     position, _header = positions[1]
     with active.open("r+b") as f:
         f.seek(position + 65)
         f.write(b"\xff")
-    error = refused(log_dir, small_config, clock, CorruptRecordError)
+    error = refused(log_dir, plain_config, clock, CorruptRecordError)
     assert error.position == position  # type: ignore[attr-defined]
     assert "valid batch follows" in str(error)
 
