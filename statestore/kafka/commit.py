@@ -16,7 +16,13 @@ process), numbered as the tests crash them:
    the deadline;
 3. ``send_offsets_to_transaction`` with the consumer's *current* group
    metadata (generation / member epoch, member id): a zombie whose
-   membership has moved on is refused here (fencing);
+   membership has moved on is refused here (fencing).  librdkafka may block
+   here past its timeout, for good, while the group coordinator is away (a
+   broker that restarted and is missing from the metadata for a while): the
+   call runs on a helper thread and a call that has not returned
+   ``stuck_grace_s`` after its timeout fails the commit as
+   :class:`ProducerFencedError` (``_TIMED_OUT``), so the producer, busy in
+   that call for good, is replaced;
 4. ``commit_transaction``: librdkafka first waits for every record of the
    transaction to be acknowledged (a record that failed fails the commit),
    then commits;
@@ -54,6 +60,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -78,6 +85,10 @@ logger = logging.getLogger(__name__)
 
 _ABORT_RESUME_TIMEOUT_S = 10.0
 """How long a resumed abort (one that timed out before) may take before ``begin`` gives up."""
+
+STUCK_CALL_GRACE_S = 10.0
+"""How long past its own timeout ``send_offsets_to_transaction`` may block before the commit
+gives up on it (and on its producer)."""
 
 FaultHook = Callable[[str], None]
 """Called with a step name for fault injection in tests: ``"produced"`` after step 2 (and,
@@ -362,6 +373,7 @@ def commit_tasks(
     outputs: Sequence[OutputRecord] = (),
     wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     fault_hook: FaultHook | None = None,
+    stuck_grace_s: float | None = None,
 ) -> CommitResult:
     """Run the commit protocol of the module docstring over ``transaction``, ``stores`` and ``offsets``.
 
@@ -463,7 +475,8 @@ def commit_tasks(
         if fault_hook is not None:
             fault_hook("produced")
         if eos:
-            producer.send_offsets_to_transaction(offsets, group_metadata(), left())  # 3
+            grace_s = STUCK_CALL_GRACE_S if stuck_grace_s is None else stuck_grace_s
+            _send_offsets(producer, offsets, group_metadata(), left(), grace_s)  # 3
             _commit_with_retries(producer, deadline)  # 4 (waits for every acknowledgement)
             transaction.open = False
         elif offsets:
@@ -545,6 +558,44 @@ def _produce_when_room(
                 ) from exc
             continue
         return
+
+
+def _send_offsets(
+    producer: TransactionalProducer,
+    offsets: list[Any],
+    group_metadata: Any,
+    timeout_s: float,
+    grace_s: float,
+) -> None:
+    """``send_offsets_to_transaction``, given up ``grace_s`` after ``timeout_s`` if it has not
+    returned (step 3 of the module docstring): :class:`ProducerFencedError` (``_TIMED_OUT``).
+
+    librdkafka does not check this call's timeout while it looks for the group
+    coordinator, and a coordinator whose broker left the metadata (a broker
+    restarting) is never looked for again: the call can block for ever.  It
+    runs on a daemon thread; a stuck one is left behind with its producer.
+    """
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            failure.append(exc)
+
+    thread = threading.Thread(target=call, name="send-offsets-to-transaction", daemon=True)
+    thread.start()
+    thread.join(timeout_s + grace_s)
+    if thread.is_alive():
+        raise ProducerFencedError(
+            "send_offsets_to_transaction",
+            "_TIMED_OUT",
+            f"no answer {timeout_s + grace_s:.1f}s after the call (its timeout {timeout_s:.1f}s"
+            " was not honoured: the group coordinator is unreachable or gone from the"
+            " metadata); the producer is stuck in that call and is replaced",
+        )
+    if failure:
+        raise failure[0]
 
 
 def _commit_with_retries(producer: TransactionalProducer, deadline: float) -> None:

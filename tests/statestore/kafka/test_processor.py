@@ -6,6 +6,7 @@ sends ``seq`` to ``out``; the checks read what the fake cluster committed.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from statestore.kafka import (
     TaskState,
     log_and_continue,
 )
+from statestore.kafka import commit as commit_module
 from statestore.serdes import IntSerde, StringSerde
 from tests.statestore.kafka.fake_cluster import FakeCluster, FakeGroupConsumer, TopicPartition
 from tests.statestore.kafka.fakes import kafka_exception
@@ -60,6 +62,7 @@ def _processor(
     fail_on: Callable[[int], bool] = lambda _seq: False,
     *,
     commit_interval_ms: int = 60_000,
+    transaction_timeout_ms: int = 120_000,
     **kwargs: Any,
 ) -> Processor:
     def process(context: ProcessorContext, message: Any) -> None:
@@ -78,7 +81,7 @@ def _processor(
         output_topics=("out",),
         instance_id="i1",
         commit_interval_ms=commit_interval_ms,
-        transaction_timeout_ms=120_000,
+        transaction_timeout_ms=transaction_timeout_ms,
         dead_letter_queue_topic="dlq",
         commit_retry_backoff_ms=0,
     )
@@ -230,6 +233,40 @@ def test_a_transient_failure_heals_and_nothing_is_lost_or_doubled(tmp_path: Path
             assert time.monotonic() < deadline
             processor.poll_once(0.01)
         assert processor.aborted == 1 and processor.commits >= 1
+    assert _outputs(cluster) == list(range(10))
+
+
+def test_a_send_offsets_call_that_never_returns_replaces_the_producer_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # librdkafka's send_offsets_to_transaction can ignore its timeout for good while the
+    # group coordinator is away; the commit gives up on it, and on its producer.
+    monkeypatch.setattr(commit_module, "STUCK_CALL_GRACE_S", 0.2)
+    cluster = _cluster(10)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def never_returns(*_args: Any, **_kwargs: Any) -> None:
+        entered.set()
+        release.wait(20)  # (returns, late: without the bound the commit just waits)
+
+    try:
+        with _processor(
+            cluster, tmp_path, commit_interval_ms=1, transaction_timeout_ms=1000
+        ) as processor:
+            _until_running(processor)
+            cluster.producers[0].send_offsets_to_transaction = never_returns  # type: ignore[method-assign]
+            deadline = time.monotonic() + 15
+            while cluster.group_offsets != {("in", 0): 5, ("in", 1): 5}:
+                assert time.monotonic() < deadline
+                processor.poll_once(0.01)
+            assert entered.is_set()
+            assert processor.last_commit_error is not None
+            assert processor.last_commit_error.code == "_TIMED_OUT"
+            assert len(cluster.producers) == 2, "the stuck producer was replaced"
+            assert processor.aborted == 1 and processor.commits >= 1
+    finally:
+        release.set()
     assert _outputs(cluster) == list(range(10))
 
 
