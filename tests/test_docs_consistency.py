@@ -2,11 +2,15 @@
 
 ``docs/configuration.md`` has one section per configuration class, headed
 ``## `ClassName`: ...``, whose table lists one setting per row in its first
-column.  The set of those names must equal the attrs fields of the class.
+column.  The set of those names must equal the attrs fields of the class.  The loader's pass
+table is the same in code and in docs/recovery.md.  Every ``statestore.x.y`` / ``changelog.x.y``
+an inline code span names resolves to a module or an object, and every ``test_...`` name the
+docs cite is a test (or test module) under tests/.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -91,3 +95,95 @@ def test_loader_passes_in_code_and_docs_are_the_same() -> None:
     docs = markdown_protocol_table(ROOT / "docs" / "recovery.md", "L")
     assert sorted(code) == sorted(docs)
     assert code == docs
+
+
+DOTTED = re.compile(r"(?<![\w/.-])((?:statestore|changelog)(?:\.[A-Za-z_]\w*)+)")
+# Dotted names in the docs that are not Python objects of ours.
+NOT_OBJECTS = {
+    "changelog.cleaner.summary",  # a logger (changelog/cleaner/clean.py)
+    "statestore.cache.max.bytes",  # Kafka Streams' setting
+    "statestore.checkpoint",  # Kafka Streams' checkpoint file
+    "statestore.store",  # the "format" value of a store's metadata file
+}
+
+
+def resolves(dotted: str) -> bool:
+    """``dotted`` is a module of ours, or an attribute (a chain of them) of one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def dotted_names(text: str) -> list[tuple[int, str]]:
+    """``(line, name)`` of each ``statestore.x`` / ``changelog.x`` inside an inline code span."""
+    return [
+        (number, match.group(1))
+        for number, line in enumerate(text.splitlines(), 1)
+        for span in re.findall(r"`([^`]+)`", line)
+        for match in DOTTED.finditer(span)
+    ]
+
+
+def test_the_dotted_name_check_can_fail() -> None:
+    found = dotted_names("`statestore.builder` and `changelog.cleaner.service.CleanerService`")
+    assert found == [(1, "statestore.builder"), (1, "changelog.cleaner.service.CleanerService")]
+    assert not resolves("statestore.builder")
+    assert not resolves("statestore.config.NO_SUCH_NAME")
+    assert resolves("changelog.cleaner.service.CleanerService")
+    assert resolves("statestore.stores.builder")
+
+
+def test_every_module_and_object_the_docs_name_by_its_dotted_path_exists() -> None:
+    """``statestore.config.STORE_LOG_CONFIG``, ``changelog.cleaner.worker.WORKER_NICENESS``,
+    the logger ``statestore.stores.builder``: a module moved or renamed fails here."""
+    missing = [
+        f"{page.relative_to(ROOT)}:{number}: {name}"
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for number, name in dotted_names(page.read_text(encoding="utf-8"))
+        if name not in NOT_OBJECTS and not resolves(name)
+    ]
+    assert not missing, missing
+
+
+TEST_NAME = re.compile(r"\b(test_[a-z0-9_]+)\b")
+# Tests the docs show as the reader's own (docs/testing.md), not the repository's.
+READERS_TESTS = {"test_counter_crash", "test_counter_survives_kill_9"}
+
+
+def repository_test_names() -> set[str]:
+    """Every test function and test module name under tests/."""
+    names = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        names.add(path.stem)
+        text = path.read_text(encoding="utf-8")
+        names.update(re.findall(r"^\s*(?:async )?def (test_\w+)", text, re.M))
+    return names
+
+
+def test_the_test_name_check_can_fail() -> None:
+    names = repository_test_names()
+    assert "test_the_test_name_check_can_fail" in names
+    assert "test_docs_consistency" in names
+    assert "test_no_such_test_anywhere" not in names
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """A sentence that cites ``test_kill9_midway_...`` as proof names a test that still exists."""
+    names = repository_test_names() | READERS_TESTS
+    missing = [
+        f"{page.relative_to(ROOT)}:{number}: {name}"
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for name in TEST_NAME.findall(line)
+        if name not in names
+    ]
+    assert not missing, missing
