@@ -465,6 +465,12 @@ def _encode_timestamped(
     if require_keys:
         _check_keys(items)
     per_record = check_headers(headers, len(items))
+    if _FAST is not None and per_record is None and timestamps[0].__class__ is int:
+        fast = _encode_timestamped_fast(
+            items, timestamps, compression=compression, producer=producer, txn=is_transactional
+        )
+        if fast is not None:
+            return fast
     records = []
     for delta, (pair, stamp) in enumerate(zip(items, timestamps, strict=True)):
         try:
@@ -492,6 +498,64 @@ def _encode_timestamped(
             compression=compression,
         )
     )
+
+
+def _encode_timestamped_fast(
+    items: Sequence[tuple[bytes | None, bytes | None]],
+    timestamps: Sequence[int],
+    *,
+    compression: Compression | None,
+    producer: tuple[int, int, int],
+    txn: bool,
+) -> bytearray | None:
+    """:func:`_encode_timestamped` without headers through aiokafka's builder, with no
+    :class:`Record` per record: the same checks, errors and bytes as its
+    :func:`encode_records` path (a store in time's every commit).  ``None`` when
+    the first timestamp is :data:`NO_TIMESTAMP` (that path encodes it in Python).
+    """
+    if timestamps[0] == NO_TIMESTAMP:
+        return None
+    producer_id, producer_epoch, base_sequence = producer
+    last_offset_delta = len(items) - 1
+    check_encode_records_args(
+        (),
+        base_offset=0,
+        last_offset_delta=last_offset_delta,
+        delete_horizon_ms=None,
+        max_timestamp_ms=None,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=PARTITION_LEADER_EPOCH,
+        is_transactional=txn,
+    )
+    assert _FAST is not None
+    builder = _FAST(MAGIC, 0, int(txn), producer_id, producer_epoch, base_sequence, INT32_MAX)
+    append = builder.append
+    no_headers: list[tuple[str, bytes | None]] = []
+    for delta, (pair, stamp) in enumerate(zip(items, timestamps, strict=True)):
+        try:
+            key, value = pair
+        except (TypeError, ValueError) as exc:
+            raise bad_pair(delta, pair) from exc
+        if (key is not None and key.__class__ is not bytes) or (
+            value is not None and value.__class__ is not bytes
+        ):
+            raise bad_pair(delta, pair)
+        if stamp.__class__ is not int or not NO_TIMESTAMP <= stamp <= INT64_MAX:
+            check_timestamp("timestamps", stamp)  # raises
+        try:
+            append(delta, stamp, key, value, no_headers)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidRecordError(f"cannot encode records: {exc}") from exc
+    buf = builder.build()
+    patch_header(
+        buf,
+        base_offset=0,
+        partition_leader_epoch=PARTITION_LEADER_EPOCH,
+        last_offset_delta=last_offset_delta,
+    )
+    return bytearray(_finish(buf, _extra_attributes(False, CREATE_TIME), compression))
 
 
 def encode_batch_py(
