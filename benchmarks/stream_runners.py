@@ -7,8 +7,10 @@
 input records to process), ``guarantee`` (``exactly_once_v2`` or
 ``at_least_once``), ``commit_every`` (records per transaction, 0: time-based),
 ``commit_interval_ms``, ``partitions`` (of the input) and ``state_dir``.
-Prints one JSON line: ``records``, ``wall_s`` and ``cpu_s`` (process CPU
-time, every thread: librdkafka's included) from the first record processed
+Prints one JSON line: ``records``, ``wall_s``, ``cpu_s`` (process CPU
+time, every thread: librdkafka's included) and ``threads_cpu_s`` (that CPU time
+by thread group: ``main``, the interpreter's thread, and librdkafka's and
+RocksDB's threads by name) from the first record processed
 (statestore: from the moment all its tasks run, their restore left out; the
 records processed before are not counted) until the last one is committed.
 

@@ -34,6 +34,10 @@ def test_stream_bench_runs_statestore_and_the_floor(cluster: KafkaBroker, tmp_pa
     assert [r.unit for r in rows] == ["rec/s", "us/rec"]
     assert all(r.value > 0 and r.baseline_value for r in rows)
     assert all(run["records"] > 0 and run["cpu_s"] > 0 for run in runs)
+    for run in runs:  # the CPU split by thread: the interpreter's own, librdkafka's
+        split = run["threads_cpu_s"]
+        assert split["main"] > 0
+        assert any(group.startswith("rdk:") for group in split)
 
 
 def test_window_quix_bench_runs_the_statestore_side(cluster: KafkaBroker, tmp_path: Path) -> None:
