@@ -187,3 +187,18 @@ def test_every_test_the_docs_name_exists() -> None:
         if name not in names
     ]
     assert not missing, missing
+
+
+def listed_steps(text: str, name: str) -> list[str]:
+    """The step names listed after ``name``` ``: (``a.b.name``` ``: too), up to the next ``;``."""
+    start = text.index(f"{name}`:") + len(name) + 2
+    return re.findall(r"`([A-Z]\d+(?:\.\d+)?)`", text[start : text.index(";", start)])
+
+
+def test_the_fault_hook_steps_in_the_testing_guide_are_the_coordinator_s() -> None:
+    from statestore.txn.coordinator import COMMIT_STEPS, RECOVERY_STEPS  # noqa: PLC0415
+
+    assert listed_steps("`X`: `T1`, `T1.1`; `Y`: `O1`", "X") == ["T1", "T1.1"]
+    text = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    assert listed_steps(text, "COMMIT_STEPS") == list(COMMIT_STEPS)
+    assert listed_steps(text, "RECOVERY_STEPS") == list(RECOVERY_STEPS)
