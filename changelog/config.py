@@ -221,7 +221,8 @@ class LogConfig:
     preallocate_extent_bytes: int = attrs.field(default=1024 * 1024, validator=_at_least(1))
     """Beyond Kafka: with ``preallocate``, how far past an append's end the ``.log`` is
     zero-filled when the append does not fit in the space already allocated (capped at
-    ``segment_bytes``).  No room for the zeros (``ENOSPC``, ``EFBIG``, ``EDQUOT``) does not
+    ``segment_bytes``; an append of 64 KiB or more grows the file without zeros after it:
+    ``changelog.segment.segment.LARGE_APPEND_BYTES``).  No room for the zeros (``ENOSPC``, ``EFBIG``, ``EDQUOT``) does not
     fail the append: that segment goes on without preallocation."""
 
     compression_type: str = attrs.field(default="none", validator=_compression_type)

