@@ -5,7 +5,8 @@
 column.  The set of those names must equal the attrs fields of the class.  The loader's pass
 table is the same in code and in docs/recovery.md.  Every ``statestore.x.y`` / ``changelog.x.y``
 an inline code span names resolves to a module or an object, and every ``test_...`` name the
-docs cite is a test (or test module) under tests/.
+docs cite is a test (or test module) under tests/, and a ``file.py::test_name`` citation names
+a test defined in that file.
 """
 
 from __future__ import annotations
@@ -202,3 +203,41 @@ def test_the_fault_hook_steps_in_the_testing_guide_are_the_coordinator_s() -> No
     text = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
     assert listed_steps(text, "COMMIT_STEPS") == list(COMMIT_STEPS)
     assert listed_steps(text, "RECOVERY_STEPS") == list(RECOVERY_STEPS)
+
+
+CITED_TEST = re.compile(r"([\w/]*test_\w+\.py)::(test_\w+)")
+
+
+def cited_test_is_in_its_file(file: str, name: str) -> bool:
+    """``file`` (a path, or a bare file name: any file of that name under tests/) defines ``name``."""
+    files = [ROOT / file] if "/" in file else list((ROOT / "tests").rglob(file))
+    return any(
+        path.is_file()
+        and re.search(rf"^\s*(?:async )?def {name}\b", path.read_text(encoding="utf-8"), re.M)
+        for path in files
+    )
+
+
+def test_the_cited_test_check_can_fail() -> None:
+    assert cited_test_is_in_its_file(
+        "tests/test_docs_consistency.py", "test_the_cited_test_check_can_fail"
+    )
+    assert cited_test_is_in_its_file(
+        "test_docs_consistency.py", "test_the_cited_test_check_can_fail"
+    )
+    assert not cited_test_is_in_its_file(
+        "test_docs_commands.py", "test_the_cited_test_check_can_fail"
+    )
+    assert not cited_test_is_in_its_file("tests/no_such_file.py", "test_x")
+
+
+def test_every_cited_file_and_test_pair_exists() -> None:
+    """``test_loader.py::test_a_missing_segment_is_refused``: the test is in that file."""
+    wrong = [
+        f"{page.relative_to(ROOT)}:{number}: {file}::{name}"
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for file, name in CITED_TEST.findall(line)
+        if not cited_test_is_in_its_file(file, name)
+    ]
+    assert not wrong, wrong
