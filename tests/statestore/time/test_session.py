@@ -54,6 +54,27 @@ def test_find_sessions(open_manager: OpenManager) -> None:
     assert [w.start_ms for w, _ in store.all()] == [0, 100, 25]
 
 
+def test_find_sessions_of_one_key_skips_the_segments_of_sessions_ended_before(
+    open_manager: OpenManager,
+) -> None:
+    store = _sessions(open_manager())  # segments of 200 ms by session end
+    for end in (50, 250, 450, 650):
+        store.put(Windowed("a", end - 10, end), end)
+        store.put(Windowed("b", end - 10, end), end)
+    store.commit()
+    engine = engine_of(store.inner)
+    assert engine.live_segments == (0, 1, 2, 3)
+    before = engine.segment_scans
+    assert list(store.find_sessions("a", 400, 10_000)) == [
+        (Windowed("a", 440, 450), 450),
+        (Windowed("a", 640, 650), 650),
+    ]
+    assert engine.segment_scans - before == 2  # segments 2 and 3: ends from 400 on
+    before = engine.segment_scans
+    assert len(list(store.find_sessions_range("a", "b", 400, 10_000))) == 4
+    assert engine.segment_scans - before == 4  # several keys: every live segment
+
+
 def test_changelog_layout_and_merge_tombstones(open_manager: OpenManager) -> None:
     store = _sessions(open_manager(clock=lambda: 7))
 
