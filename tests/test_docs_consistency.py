@@ -6,7 +6,7 @@ column.  The set of those names must equal the attrs fields of the class.  The l
 table is the same in code and in docs/recovery.md.  Every ``statestore.x.y`` / ``changelog.x.y``
 an inline code span names resolves to a module or an object, and every ``test_...`` name the
 docs cite is a test (or test module) under tests/, and a ``file.py::test_name`` citation names
-a test defined in that file.
+a test defined in that file.  Every module docs/internals.md's package tree names exists.
 """
 
 from __future__ import annotations
@@ -241,3 +241,37 @@ def test_every_cited_file_and_test_pair_exists() -> None:
         if not cited_test_is_in_its_file(file, name)
     ]
     assert not wrong, wrong
+
+
+def tree_files(block: str) -> set[str]:
+    """The ``dir/file.py`` paths a ``text`` tree names: a line ``name/`` opens a directory at its
+    indent, and every ``*.py``/``*.c`` before a line's description column is a file in it."""
+    stack: list[tuple[int, str]] = []
+    named = set()
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        stack = [(level, name) for level, name in stack if level < indent]
+        words = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0].split()
+        if len(words) == 1 and words[0].endswith("/"):
+            stack.append((indent, words[0]))
+            continue
+        prefix = "".join(name for _level, name in stack)
+        named |= {prefix + word for word in words if re.fullmatch(r"\w+\.(?:py|c)", word)}
+    return named
+
+
+def test_the_tree_reader_can_fail() -> None:
+    block = "pkg/          top\n  a.py b.py  two\n  sub/\n    c.py      one\n  d.c\n"
+    assert tree_files(block) == {"pkg/a.py", "pkg/b.py", "pkg/sub/c.py", "pkg/d.c"}
+
+
+def test_every_module_of_the_internals_tree_exists() -> None:
+    """docs/internals.md's package tree names files that exist (a moved or renamed module fails)."""
+    text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
+    start = text.index("```text\n") + len("```text\n")
+    named = tree_files(text[start : text.index("```", start)])
+    assert len(named) > 50
+    missing = sorted(path for path in named if not (ROOT / path).is_file())
+    assert not missing, missing
