@@ -51,13 +51,12 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from changelog import AppendInfo, Log
+from changelog import Log
 from changelog.native import compiled
-from changelog.record.control import ControlRecordType
 from statestore.errors import CommitFailedError, StoreEngineError
 from statestore.stores.bytes_store import ChangeLogging
 from statestore.txn.commit_lock import CommitLock
-from statestore.txn.participant import Participant, Records
+from statestore.txn.participant import ForwardedSteps, Participant, Records
 
 if TYPE_CHECKING:
     from statestore.stores._put import Pending
@@ -87,7 +86,7 @@ def _load_pending() -> Callable[..., Pending] | None:
 _PENDING: Final = _load_pending()
 
 
-class WriteBuffer:
+class WriteBuffer(ForwardedSteps):
     """The pending writes of one partition over its change-logging layer (which it owns): a
     :class:`~statestore.stores.bytes_store.ChangeLogging`, local or distributed.
 
@@ -97,7 +96,7 @@ class WriteBuffer:
 
     def __init__(self, inner: ChangeLogging) -> None:
         """Buffer writes for ``inner``, a restored partition; closing the buffer closes it."""
-        self._inner = inner
+        self._inner: ChangeLogging = inner
         self._lookup: Callable[[bytes], bytes | None] | None = inner.lookup
         """RocksDB's own get (errors unmapped; ``None`` once closed)."""
         self._read_error = inner.read_error
@@ -318,35 +317,6 @@ class WriteBuffer:
         self.forget(records)
         self.commit_lock.committed(self._take)
         return count
-
-    def append_transactional(
-        self,
-        records: Records,
-        *,
-        producer_id: int,
-        producer_epoch: int,
-    ) -> AppendInfo:
-        """T1 of a transaction (see :meth:`ChangeLoggingStore.append_transactional`)."""
-        return self._inner.append_transactional(
-            records, producer_id=producer_id, producer_epoch=producer_epoch
-        )
-
-    def sync_to(self, offset: int) -> bool:
-        """T2 of a transaction (see :meth:`ChangeLoggingStore.sync_to`)."""
-        return self._inner.sync_to(offset)
-
-    def append_marker(
-        self,
-        marker: ControlRecordType,
-        *,
-        producer_id: int,
-        producer_epoch: int,
-        defer_flush: bool,
-    ) -> AppendInfo:
-        """T4 of a transaction, or an ABORT (see :meth:`ChangeLoggingStore.append_marker`)."""
-        return self._inner.append_marker(
-            marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
-        )
 
     def apply(
         self, records: Records, applied_offset: int, *, meta: Mapping[bytes, bytes] | None = None

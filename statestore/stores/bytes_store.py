@@ -23,10 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
-from changelog import AppendInfo, Log
-from changelog.record.control import ControlRecordType
+from changelog import Log
 from statestore.errors import StateStoreError
-from statestore.txn.participant import Participant, Records
+from statestore.txn.participant import Participant, Records, TransactionSteps
 
 __all__ = ["BytesStore", "ChangeLogging", "prefix_upper_bound"]
 
@@ -105,7 +104,7 @@ class BytesStore(Protocol):
         ...
 
 
-class ChangeLogging(Protocol):
+class ChangeLogging(TransactionSteps, Protocol):
     """One partition under its write buffer: committed reads, and commits to its changelog.
 
     Not thread-safe: the write buffer serializes reads (its user thread) and
@@ -166,27 +165,6 @@ class ChangeLogging(Protocol):
 
     def write(self, records: Records) -> int:
         """A one-partition commit of ``records``: changelog, then RocksDB; returns the count."""
-        ...
-
-    def append_transactional(
-        self, records: Records, *, producer_id: int, producer_epoch: int
-    ) -> AppendInfo:
-        """A transaction's T1 on this partition."""
-        ...
-
-    def sync_to(self, offset: int) -> bool:
-        """A transaction's T2 on this partition."""
-        ...
-
-    def append_marker(
-        self,
-        marker: ControlRecordType,
-        *,
-        producer_id: int,
-        producer_epoch: int,
-        defer_flush: bool,
-    ) -> AppendInfo:
-        """A transaction's T4 (or an ABORT) on this partition."""
         ...
 
     def apply(

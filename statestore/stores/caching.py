@@ -46,10 +46,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 
-from changelog import AppendInfo, Log
-from changelog.record.control import ControlRecordType
+from changelog import Log
 from statestore.stores.bytes_store import ChangeLogging
-from statestore.txn.participant import Records
+from statestore.txn.participant import ForwardedSteps, Records
 
 __all__ = ["CachingStore"]
 
@@ -88,7 +87,7 @@ class _Entries(dict[bytes, bytes | None]):
             self.shrink()
 
 
-class CachingStore:
+class CachingStore(ForwardedSteps):
     """A record cache over one partition's change-logging layer (see the module docstring).
 
     Implements :class:`~statestore.stores.bytes_store.ChangeLogging`; owns the layer it
@@ -99,7 +98,7 @@ class CachingStore:
         """Cache up to ``max_entries`` (>= 1) committed values of ``inner`` (open, restored)."""
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
-        self._inner = inner
+        self._inner: ChangeLogging = inner
         self._entries = _Entries(inner.lookup, max_entries)
         self.read_error = inner.read_error
         """The layer below's typed error for a failed :attr:`lookup` (a miss reads it)."""
@@ -178,31 +177,6 @@ class CachingStore:
             raise
         self._entries.committed(records)
         return count
-
-    def append_transactional(
-        self, records: Records, *, producer_id: int, producer_epoch: int
-    ) -> AppendInfo:
-        """The layer below's T1 (nothing is committed yet: the cache is unchanged)."""
-        return self._inner.append_transactional(
-            records, producer_id=producer_id, producer_epoch=producer_epoch
-        )
-
-    def sync_to(self, offset: int) -> bool:
-        """The layer below's T2."""
-        return self._inner.sync_to(offset)
-
-    def append_marker(
-        self,
-        marker: ControlRecordType,
-        *,
-        producer_id: int,
-        producer_epoch: int,
-        defer_flush: bool,
-    ) -> AppendInfo:
-        """The layer below's T4 or ABORT (RocksDB is changed only by :meth:`apply`)."""
-        return self._inner.append_marker(
-            marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
-        )
 
     def apply(
         self, records: Records, applied: int, *, meta: Mapping[bytes, bytes] | None = None

@@ -39,13 +39,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from changelog import AppendInfo, Log
-from changelog.record.control import ControlRecordType
 from statestore.metrics.definitions import by_name
 from statestore.metrics.registry import Counter, MetricsRegistry, Tags
 from statestore.stores.bytes_store import BytesStore
 from statestore.stores.restore import ProgressHook, RestoreProgress, RestoreResult
 from statestore.txn.commit_lock import CommitLock
-from statestore.txn.participant import Participant, Records
+from statestore.txn.participant import ForwardedSteps, Participant, Records
 
 __all__ = ["MeteredParticipant", "MeteredStore", "PartitionMetrics", "partition_tags"]
 
@@ -323,7 +322,7 @@ class MeteredStore:
         self._inner.abandon()
 
 
-class MeteredParticipant:
+class MeteredParticipant(ForwardedSteps):
     """A partition's :class:`~statestore.txn.participant.Participant`, its commits counted.
 
     A one-partition commit (:meth:`write`) is timed from start to end; a
@@ -338,7 +337,7 @@ class MeteredParticipant:
 
     def __init__(self, inner: Participant, metrics: PartitionMetrics) -> None:
         """Count the commits of ``inner`` into ``metrics``."""
-        self._inner = inner
+        self._inner: Participant = inner
         self._metrics = metrics
         self._started: float | None = None
         """When this partition's transactional append (T1) ran; ``None`` outside a transaction."""
@@ -408,23 +407,6 @@ class MeteredParticipant:
         self._started = time.perf_counter()
         return self._inner.append_transactional(
             records, producer_id=producer_id, producer_epoch=producer_epoch
-        )
-
-    def sync_to(self, offset: int) -> bool:
-        """T2: the wrapped partition's fsync."""
-        return self._inner.sync_to(offset)
-
-    def append_marker(
-        self,
-        marker: ControlRecordType,
-        *,
-        producer_id: int,
-        producer_epoch: int,
-        defer_flush: bool,
-    ) -> AppendInfo:
-        """T4 (or an ABORT)."""
-        return self._inner.append_marker(
-            marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
         )
 
     def apply(

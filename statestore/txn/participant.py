@@ -23,7 +23,7 @@ from changelog import AppendInfo, Log
 from changelog.record.control import ControlRecordType
 from statestore.txn.commit_lock import CommitLock
 
-__all__ = ["Committer", "Participant", "Records"]
+__all__ = ["Committer", "ForwardedSteps", "Participant", "Records", "TransactionSteps"]
 
 Records = Mapping[bytes, bytes | None]
 """A commit's records: serialized key -> serialized value (``None``: a tombstone), one per key,
@@ -31,7 +31,66 @@ in write order; :meth:`Participant.take`'s snapshot of the pending dict (a copy,
 record: the encoder, the ``WriteBatch`` fill and ``forget`` walk it in C)."""
 
 
-class Participant(Protocol):
+class TransactionSteps(Protocol):
+    """T1, T2 and T4 of the coordinator's transaction protocol on one partition: what every
+    layer from the write buffer down to the changelog offers (:class:`ForwardedSteps` passes
+    them on)."""
+
+    def append_transactional(
+        self, records: Records, *, producer_id: int, producer_epoch: int
+    ) -> AppendInfo:
+        """Append ``records`` as one transactional batch, not fsynced (see :meth:`sync_to`)."""
+        ...
+
+    def sync_to(self, offset: int) -> bool:
+        """fsync the changelog below ``offset`` (group commit); a failure fails the partition."""
+        ...
+
+    def append_marker(
+        self,
+        marker: ControlRecordType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        defer_flush: bool,
+    ) -> AppendInfo:
+        """Append a COMMIT or ABORT marker."""
+        ...
+
+
+class ForwardedSteps:
+    """:class:`TransactionSteps` passed on unchanged to the layer below, ``_inner``: for a layer
+    that acts at other steps only (it keeps its own ``apply``, ``write``, ...)."""
+
+    _inner: TransactionSteps
+
+    def append_transactional(
+        self, records: Records, *, producer_id: int, producer_epoch: int
+    ) -> AppendInfo:
+        """T1 of the layer below."""
+        return self._inner.append_transactional(
+            records, producer_id=producer_id, producer_epoch=producer_epoch
+        )
+
+    def sync_to(self, offset: int) -> bool:
+        """T2 of the layer below."""
+        return self._inner.sync_to(offset)
+
+    def append_marker(
+        self,
+        marker: ControlRecordType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        defer_flush: bool,
+    ) -> AppendInfo:
+        """T4 (or an ABORT) of the layer below."""
+        return self._inner.append_marker(
+            marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
+        )
+
+
+class Participant(TransactionSteps, Protocol):
     """One store partition as a member of a commit (see the module docstring)."""
 
     @property
@@ -80,27 +139,6 @@ class Participant(Protocol):
         """A commit of this partition alone: its commit lock (group commit), :meth:`take`,
         :meth:`write`; returns the records committed (0: nothing pending, or carried by another
         thread's commit, durable).  A failed partition raises ``CommitFailedError``."""
-        ...
-
-    def append_transactional(
-        self, records: Records, *, producer_id: int, producer_epoch: int
-    ) -> AppendInfo:
-        """Append ``records`` as one transactional batch, not fsynced (see :meth:`sync_to`)."""
-        ...
-
-    def sync_to(self, offset: int) -> bool:
-        """fsync the changelog below ``offset`` (group commit); a failure fails the partition."""
-        ...
-
-    def append_marker(
-        self,
-        marker: ControlRecordType,
-        *,
-        producer_id: int,
-        producer_epoch: int,
-        defer_flush: bool,
-    ) -> AppendInfo:
-        """Append a COMMIT or ABORT marker."""
         ...
 
     def apply(
