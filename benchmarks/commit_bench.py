@@ -142,6 +142,7 @@ def _floor(path: Path, commits: int) -> dict[str, float]:
     os.write(fd, bytes(commits * 256))  # preallocated, zero-filled, as our active segment
     os.fsync(fd)
     position = 0
+    datasync = getattr(os, "fdatasync", os.fsync)  # as changelog.fs.files.fdatasync_fd
     latencies: list[float] = []
     try:
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -149,7 +150,7 @@ def _floor(path: Path, commits: int) -> dict[str, float]:
             start = time.perf_counter()
             key, value = f"user:{i % 1000:04d}".encode(), pack(_value(i))
             position += os.pwrite(fd, key + value, position)
-            os.fdatasync(fd)
+            datasync(fd)
             batch = rocksdict.WriteBatch(raw_mode=True)
             batch.put(key, value)
             db.write(batch, options)
@@ -423,7 +424,7 @@ def case_aio(commits: int, reps: int) -> list[Result]:
 
 
 def case_python(commits: int, reps: int) -> list[Result]:
-    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+    real_fsync, real_fdatasync = os.fsync, getattr(os, "fdatasync", None)
     best: dict[str, float] = {}
     os.fsync = lambda _fd: None  # the case's point: everything but the fsync syscall
     os.fdatasync = lambda _fd: None
@@ -435,7 +436,11 @@ def case_python(commits: int, reps: int) -> list[Result]:
                     cpu = run(path / "d", commits)["cpu_us"]
                 best[name] = min(best.get(name, cpu), cpu)
     finally:
-        os.fsync, os.fdatasync = real_fsync, real_fdatasync
+        os.fsync = real_fsync
+        if real_fdatasync is None:
+            del os.fdatasync
+        else:
+            os.fdatasync = real_fdatasync
     return [
         Result(
             "one put + commit without the fsync syscall: CPU",

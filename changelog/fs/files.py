@@ -176,11 +176,12 @@ def fdatasync_fd(fd: int, path: Path, step: str = "fsync") -> None:
 
     fdatasync(2): metadata needed to read the data back (the file size) is flushed;
     timestamps are not.  So it is as durable as ``fsync`` for an append, and cheaper
-    only when the append changed no metadata (a write into preallocated space).
+    only when the append changed no metadata (a write into preallocated space).  Where
+    ``os`` has no ``fdatasync`` (macOS), ``fsync``.
     """
     try:
         fault_point(step, path)
-        os.fdatasync(fd)
+        getattr(os, "fdatasync", os.fsync)(fd)
     except OSError as exc:
         raise _storage_error(path, step, exc) from exc
 
