@@ -35,7 +35,7 @@ STORE_LOG_CONFIG: Final = LogConfig(
     backpressure_dirty_ratio=1.0,
     backpressure_min_bytes=2 * 1024 * 1024,
 )
-"""The changelog settings of a store that passes none: Kafka's topic defaults, except two.
+"""The changelog settings of a store that passes none: Kafka's topic defaults, except six.
 
 A store's changelog is replayed at every start, so it must stay compact even when
 it is small and long-lived.  Kafka's defaults (1 GiB segments, a 7-day roll,
