@@ -8,7 +8,7 @@ from typing import Any
 
 from examples.balances import cluster as balances
 
-__all__ = ["feed_until", "has_event", "wait_caught_up"]
+__all__ = ["feed_until", "has_event", "standbys_caught_up", "wait_caught_up"]
 
 
 def wait_caught_up(bootstrap: str, app: str, timeout_s: float = 120) -> None:
@@ -46,3 +46,14 @@ def feed_until(
 def has_event(worker: Any, name: str) -> Callable[[], bool]:
     """A ``done`` for :func:`feed_until`: the worker printed event ``name``."""
     return lambda: any(e["event"] == name for e in worker.all_events())
+
+
+def standbys_caught_up(standby: Any, owner: Any) -> bool:
+    """Whether ``standby`` (a :class:`~statestore.kafka.Processor`) keeps a standby of every
+    partition ``owner`` runs, each at its changelog's end."""
+    lags = standby.standby_lag()
+    return (
+        len(owner.assignment) > 0
+        and set(lags) == set(owner.assignment)
+        and all(lag == 0 for stores in lags.values() for lag in stores.values())
+    )

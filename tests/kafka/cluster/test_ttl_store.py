@@ -30,6 +30,7 @@ from statestore.kafka import (
     TaskRestored,
     changelog_topic_name,
 )
+from tests.kafka.cluster.helpers import standbys_caught_up
 from tests.kafka.cluster.oracle import run_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -228,21 +229,13 @@ def test_a_standby_applies_the_ttl_rule_and_its_promotion_returns_no_expired_val
             first.poll_once(0.05)
             second.poll_once(0.05)
 
-        def caught_up(standby: Processor, owner: Processor) -> bool:
-            lags = standby.standby_lag()
-            return (
-                len(owner.assignment) > 0
-                and set(lags) == set(owner.assignment)
-                and all(lag == 0 for stores in lags.values() for lag in stores.values())
-            )
-
         run_until(
             both,
             lambda: (
                 len(first.assignment) == 1
                 and len(second.assignment) == 1
                 and committed_end(bootstrap, STANDBY_APP, STANDBY_INPUT)
-                and caught_up(second, first)
+                and standbys_caught_up(second, first)
             ),
         )
         (moved,) = first.assignment
