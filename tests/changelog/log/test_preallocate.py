@@ -245,47 +245,33 @@ def test_no_room_for_the_zeros_appends_without_them(
         assert _state(log) == content
 
 
-def test_no_room_for_the_batch_fails_the_append_and_loses_nothing(
-    log_dir: Path, config: LogConfig, clock: FakeClock
+@pytest.mark.parametrize(
+    ("failing_step", "code"),
+    [("segment.append", errno.ENOSPC), ("segment.preallocate", errno.EIO)],
+    ids=["no-room-for-the-batch", "io-error-writing-the-zeros"],
+)
+def test_a_failed_write_fails_the_append_and_loses_nothing(
+    log_dir: Path, config: LogConfig, clock: FakeClock, failing_step: str, code: int
 ) -> None:
+    """No room for the batch itself, or an I/O error writing the next extent's zeros."""
     log = Log.open(log_dir, config, clock)
     _fill_extent(log)
     content = _state(log)
     size = log.active_segment.size_bytes
 
-    def no_space(step: str, _path: Path) -> None:
-        if step == "segment.append":
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def fail(step: str, _path: Path) -> None:
+        if step == failing_step:
+            raise OSError(code, os.strerror(code))
 
-    with files.inject_faults(no_space), pytest.raises(LogStorageError) as info:
+    with files.inject_faults(fail), pytest.raises(LogStorageError) as info:
         log.append(records(2, 1, value_size=300))
-    assert info.value.errno == errno.ENOSPC
+    assert info.value.errno == code
     with pytest.raises(LogFailedError):
         log.append(records(3, 1))
     with Log.open(log_dir, config, clock) as log:
         assert _state(log) == content
         assert log.active_segment.size_bytes == size
         log.append(records(4, 1))
-
-
-def test_an_io_error_writing_the_zeros_fails_the_append_and_loses_nothing(
-    log_dir: Path, config: LogConfig, clock: FakeClock
-) -> None:
-    log = Log.open(log_dir, config, clock)
-    _fill_extent(log)
-    content = _state(log)
-
-    def broken(step: str, _path: Path) -> None:
-        if step == "segment.preallocate":
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-
-    with files.inject_faults(broken), pytest.raises(LogStorageError) as info:
-        log.append(records(2, 1, value_size=300))
-    assert info.value.errno == errno.EIO
-    with pytest.raises(LogFailedError):
-        log.append(records(3, 1))
-    with Log.open(log_dir, config, clock) as log:
-        assert _state(log) == content
 
 
 def test_without_preallocation_the_file_ends_at_its_last_batch(
