@@ -122,17 +122,24 @@ def raw_entries(proc: Processor) -> int:
     return sum(len(store.inner) for store in proc.stores("seen").values())  # type: ignore[attr-defined]
 
 
-def test_ttl_store_on_the_broker(cluster: KafkaBroker, tmp_path: Path) -> None:
-    bootstrap = cluster.bootstrap_servers
+def produce_old_and_new(bootstrap: str, topic: str, count: int) -> tuple[set[str], set[str]]:
+    """Creates ``topic`` and produces one record for each of ``count`` old users (stamped
+    NOW - 50 s), then one for each of ``count`` new users (stamped NOW): ``(old, new)``."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(INPUT, PARTITIONS, 1)])[INPUT].result(timeout=30)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
-    old = {f"old{i}" for i in range(6)}
-    new = {f"new{i}" for i in range(6)}
+    old = {f"old{i}" for i in range(count)}
+    new = {f"new{i}" for i in range(count)}
     for seq, user in enumerate(sorted(old) + sorted(new)):
         ts = NOW - 50_000 if user in old else NOW
-        producer.produce(INPUT, key=user.encode(), value=msgpack.packb({"seq": seq, "ts": ts}))
+        producer.produce(topic, key=user.encode(), value=msgpack.packb({"seq": seq, "ts": ts}))
     assert producer.flush(30) == 0
+    return old, new
+
+
+def test_ttl_store_on_the_broker(cluster: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = cluster.bootstrap_servers
+    old, new = produce_old_and_new(bootstrap, INPUT, 6)
     clock = [NOW]
 
     # 1. Everything is live at NOW; then the clock moves 20 s: the old ones expire (no sweep).
@@ -204,16 +211,7 @@ def test_a_standby_applies_the_ttl_rule_and_its_promotion_returns_no_expired_val
     cluster: KafkaBroker, tmp_path: Path
 ) -> None:
     bootstrap = cluster.bootstrap_servers
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(STANDBY_INPUT, PARTITIONS, 1)])[STANDBY_INPUT].result(timeout=30)
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
-    old = {f"old{i}" for i in range(12)}
-    new = {f"new{i}" for i in range(12)}
-    for seq, user in enumerate(sorted(old) + sorted(new)):
-        ts = NOW - 50_000 if user in old else NOW
-        message = msgpack.packb({"seq": seq, "ts": ts})
-        producer.produce(STANDBY_INPUT, key=user.encode(), value=message)
-    assert producer.flush(30) == 0
+    old, new = produce_old_and_new(bootstrap, STANDBY_INPUT, 12)
     # The owner's clock says NOW: every value is live there.  The standby's says NOW + 20 s:
     # the old values (stamped NOW - 50 s, TTL 60 s) have expired there when it applies them.
     owner_clock = [NOW]
