@@ -273,11 +273,18 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
     no_secret(str(error), repr(error), caplog.text, captured.out, captured.err)
 
 
-def test_a_principal_without_its_transactional_id_is_refused_at_start(
-    secured: Secured, tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    app = App(secured.broker.bootstrap_servers, "sec-no-txn")
-    grant(secured.broker, "User:mallory", app, transactional_id=False)
+def _refused_without(
+    secured: Secured,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    app: App,
+    *,
+    transactional_id: bool = True,
+    group: bool = True,
+) -> AuthorizationFailedError:
+    """Starts mallory's processor with the ACLs ``grant`` gives but the ones turned off:
+    its refusal, once nothing was written, no input offset committed, no secret shown."""
+    grant(secured.broker, "User:mallory", app, transactional_id=transactional_id, group=group)
     app.feed(20)
     ends_before = ends(secured.broker.bootstrap_servers, [app.output])
     processor = app.processor(
@@ -286,36 +293,31 @@ def test_a_principal_without_its_transactional_id_is_refused_at_start(
     with pytest.raises(AuthorizationFailedError) as refused:
         processor.start()
     processor.close()
-    assert refused.value.code == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", refused.value
-    assert refused.value.operation == "init_transactions"
     assert ends(secured.broker.bootstrap_servers, [app.output]) == ends_before, (
         "something was written"
     )
     assert not app.committed_end(), "input offsets were committed"
     captured = capfd.readouterr()
     no_secret(str(refused.value), captured.out, captured.err)
+    return refused.value
+
+
+def test_a_principal_without_its_transactional_id_is_refused_at_start(
+    secured: Secured, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    app = App(secured.broker.bootstrap_servers, "sec-no-txn")
+    error = _refused_without(secured, tmp_path, capfd, app, transactional_id=False)
+    assert error.code == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", error
+    assert error.operation == "init_transactions"
 
 
 def test_a_principal_without_its_group_is_refused_at_start(
     secured: Secured, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     app = App(secured.broker.bootstrap_servers, "sec-no-group")
-    grant(secured.broker, "User:mallory", app, group=False)
-    app.feed(20)
-    ends_before = ends(secured.broker.bootstrap_servers, [app.output])
-    processor = app.processor(
-        tmp_path, bootstrap_servers=secured.broker.sasl_bootstrap_servers, security=plain("mallory")
-    )
-    with pytest.raises(AuthorizationFailedError) as refused:
-        processor.start()
-    processor.close()
-    assert refused.value.code == "GROUP_AUTHORIZATION_FAILED", refused.value
-    assert app.name in refused.value.operation
-    assert ends(secured.broker.bootstrap_servers, [app.output]) == ends_before, (
-        "something was written"
-    )
-    captured = capfd.readouterr()
-    no_secret(str(refused.value), captured.out, captured.err)
+    error = _refused_without(secured, tmp_path, capfd, app, group=False)
+    assert error.code == "GROUP_AUTHORIZATION_FAILED", error
+    assert app.name in error.operation
 
 
 def test_a_scram_sha_256_principal_runs_exactly_once_end_to_end(
