@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from changelog.errors import CorruptRecordError, InvalidRecordError
 from changelog.limits import INT32_MAX, INT64_MAX, NO_TIMESTAMP
@@ -126,6 +126,8 @@ Pairs = (
     | Mapping[bytes | None, bytes | None]
 )
 """What :func:`encode_batch` takes: ``(key, value)`` pairs, or a mapping (one record per entry)."""
+
+_T = TypeVar("_T")
 
 
 def _load_fast_codec() -> Any:
@@ -446,6 +448,22 @@ def encode_append_batch(
     )
 
 
+def _key_value(
+    index: int, pair: tuple[bytes | None, bytes | None]
+) -> tuple[bytes | None, bytes | None]:
+    """Record ``index``'s ``(key, value)``: two items, each bytes or ``None`` (else
+    :func:`bad_pair`)."""
+    try:
+        key, value = pair
+    except (TypeError, ValueError) as exc:
+        raise bad_pair(index, pair) from exc
+    if (key is not None and key.__class__ is not bytes) or (
+        value is not None and value.__class__ is not bytes
+    ):
+        raise bad_pair(index, pair)
+    return key, value
+
+
 def _encode_timestamped(
     pairs: Pairs,
     timestamps: Sequence[int],
@@ -473,14 +491,7 @@ def _encode_timestamped(
             return fast
     records = []
     for delta, (pair, stamp) in enumerate(zip(items, timestamps, strict=True)):
-        try:
-            key, value = pair
-        except (TypeError, ValueError) as exc:
-            raise bad_pair(delta, pair) from exc
-        if (key is not None and key.__class__ is not bytes) or (
-            value is not None and value.__class__ is not bytes
-        ):
-            raise bad_pair(delta, pair)
+        key, value = _key_value(delta, pair)
         check_timestamp("timestamps", stamp)
         records.append(
             Record(delta, stamp, key, value, () if per_record is None else per_record[delta])
@@ -534,6 +545,7 @@ def _encode_timestamped_fast(
     append = builder.append
     no_headers: list[tuple[str, bytes | None]] = []
     for delta, (pair, stamp) in enumerate(zip(items, timestamps, strict=True)):
+        # :func:`_key_value` inline: this loop runs once per record of every commit
         try:
             key, value = pair
         except (TypeError, ValueError) as exc:
@@ -579,14 +591,7 @@ def encode_batch_py(
         producer_id, producer_epoch, base_sequence, is_transactional=is_transactional
     )
     for index, pair in enumerate(pairs):
-        try:
-            key, value = pair
-        except (TypeError, ValueError) as exc:
-            raise bad_pair(index, pair) from exc
-        if (key is not None and key.__class__ is not bytes) or (
-            value is not None and value.__class__ is not bytes
-        ):
-            raise bad_pair(index, pair)
+        _key_value(index, pair)
     buf = bytearray(BATCH_HEADER_SIZE)
     encode_body(
         (
@@ -905,6 +910,30 @@ def _log_append_time(header: BatchHeader) -> int | None:
     return header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
 
 
+def _decode_body(
+    batch: Buffer,
+    header: BatchHeader,
+    make: Callable[[int, int, bytes | None, bytes | None, Headers], _T],
+    *,
+    path: Path | str,
+    position: int,
+    log_append_time: int | None,
+) -> list[_T]:
+    """The pure-Python decoder over every record of the uncompressed ``batch``."""
+    return decode_body(
+        batch,
+        BATCH_HEADER_SIZE,
+        len(batch),
+        header.records_count,
+        base_offset=header.base_offset,
+        base_timestamp=header.base_timestamp,
+        log_append_time=log_append_time,
+        make=make,
+        path=path,
+        file_position=position,
+    )
+
+
 def decode_records_py(
     batch: Buffer,
     *,
@@ -914,17 +943,13 @@ def decode_records_py(
 ) -> list[Record]:
     """Pure-Python reference of :func:`decode_records` (same contract, same records)."""
     header, batch = _plain(batch, path, position, validate)
-    return decode_body(
+    return _decode_body(
         batch,
-        BATCH_HEADER_SIZE,
-        len(batch),
-        header.records_count,
-        base_offset=header.base_offset,
-        base_timestamp=header.base_timestamp,
-        log_append_time=_log_append_time(header),
-        make=Record,
+        header,
+        Record,
         path=path,
-        file_position=position,
+        position=position,
+        log_append_time=_log_append_time(header),
     )
 
 
@@ -969,17 +994,13 @@ def decode_key_values(
     """
     header, batch = _plain(batch, path, position, validate)
     if _DECODE is None:
-        return decode_body(
+        return _decode_body(
             batch,
-            BATCH_HEADER_SIZE,
-            len(batch),
-            header.records_count,
-            base_offset=header.base_offset,
-            base_timestamp=header.base_timestamp,
-            log_append_time=None,
-            make=lambda offset, _ts, key, value, _headers: (offset, key, value),
+            header,
+            lambda offset, _ts, key, value, _headers: (offset, key, value),
             path=path,
-            file_position=position,
+            position=position,
+            log_append_time=None,
         )
     return _decode(batch, header, _TRIPLES, path, position)
 
@@ -999,17 +1020,13 @@ def decode_record_tuples(
     """
     header, batch = _plain(batch, path, position, validate)
     if _DECODE is None:
-        return decode_body(
+        return _decode_body(
             batch,
-            BATCH_HEADER_SIZE,
-            len(batch),
-            header.records_count,
-            base_offset=header.base_offset,
-            base_timestamp=header.base_timestamp,
-            log_append_time=_log_append_time(header),
-            make=lambda offset, stamp, key, value, headers: (offset, stamp, key, value, headers),
+            header,
+            lambda offset, stamp, key, value, headers: (offset, stamp, key, value, headers),
             path=path,
-            file_position=position,
+            position=position,
+            log_append_time=_log_append_time(header),
         )
     full = _decode(batch, header, _FULL, path, position)
     if header.timestamp_type == LOG_APPEND_TIME:
