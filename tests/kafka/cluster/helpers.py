@@ -8,7 +8,7 @@ from typing import Any
 
 from examples.balances import cluster as balances
 
-__all__ = ["feed_until", "has_event", "standbys_caught_up", "wait_caught_up"]
+__all__ = ["feed_until", "has_event", "poll_each", "standbys_caught_up", "wait_caught_up"]
 
 
 def wait_caught_up(bootstrap: str, app: str, timeout_s: float = 120) -> None:
@@ -57,3 +57,13 @@ def standbys_caught_up(standby: Any, owner: Any) -> bool:
         and set(lags) == set(owner.assignment)
         and all(lag == 0 for stores in lags.values() for lag in stores.values())
     )
+
+
+def poll_each(*processors: Any, timeout_s: float = 0.05) -> Callable[[], None]:
+    """A step for ``run_until``: one ``poll_once(timeout_s)`` of each processor in turn."""
+
+    def step() -> None:
+        for processor in processors:
+            processor.poll_once(timeout_s)
+
+    return step

@@ -47,7 +47,7 @@ from statestore.kafka import (
     changelog_topic_name,
 )
 from statestore.metrics.prometheus import ProcessorCollector
-from tests.kafka.cluster.helpers import standbys_caught_up
+from tests.kafka.cluster.helpers import poll_each, standbys_caught_up
 from tests.kafka.cluster.oracle import PARTITIONS, App, run_until
 from tests.kafka.cluster.secured import (
     CLIENT_KEY_PASSWORD,
@@ -121,13 +121,8 @@ def _run_two_with_standbys(app: App, tmp_path: Path, **config: Any) -> tuple[str
     first = app.processor(tmp_path / "i1", **settings)
     second = app.processor(tmp_path / "i2", instance_id="i2", **settings)
     with first, second:
-
-        def both() -> None:
-            first.poll_once(0.05)
-            second.poll_once(0.05)
-
         run_until(
-            both,
+            poll_each(first, second),
             lambda: (
                 len(first.assignment) + len(second.assignment) == PARTITIONS
                 and app.committed_end()

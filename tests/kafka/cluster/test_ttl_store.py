@@ -30,7 +30,7 @@ from statestore.kafka import (
     TaskRestored,
     changelog_topic_name,
 )
-from tests.kafka.cluster.helpers import standbys_caught_up
+from tests.kafka.cluster.helpers import poll_each, standbys_caught_up
 from tests.kafka.cluster.oracle import run_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -47,6 +47,26 @@ def process(context: ProcessorContext, message: Any) -> None:
     context.store("seen").put(message.key().decode(), record["seq"], timestamp_ms=record["ts"])
 
 
+def ttl_processor(
+    config: ProcessorConfig,
+    state_dir: Path,
+    clock: list[int],
+    *,
+    sweep_interval_ms: int,
+    on_restored: Any = None,
+) -> Processor:
+    """A processor of one TTL store "seen" (record timestamps) whose wall clock is ``clock``."""
+    ttl = TtlSettings(ttl_ms=TTL_MS, timestamp="record", sweep_interval_ms=sweep_interval_ms)
+    return Processor(
+        config,
+        state_dir,
+        [KafkaStoreSpec.ttl("seen", ttl=ttl, value_serde=IntSerde())],
+        process,
+        wall_clock_ms=lambda: clock[0],
+        on_restored=on_restored,
+    )
+
+
 def processor(
     bootstrap: str, state_dir: Path, clock: list[int], sweep_interval_ms: int
 ) -> Processor:
@@ -57,14 +77,7 @@ def processor(
         instance_id="ttl-1",
         commit_interval_ms=100,
     )
-    ttl = TtlSettings(ttl_ms=TTL_MS, timestamp="record", sweep_interval_ms=sweep_interval_ms)
-    return Processor(
-        config,
-        state_dir,
-        [KafkaStoreSpec.ttl("seen", ttl=ttl, value_serde=IntSerde())],
-        process,
-        wall_clock_ms=lambda: clock[0],
-    )
+    return ttl_processor(config, state_dir, clock, sweep_interval_ms=sweep_interval_ms)
 
 
 def committed_end(bootstrap: str, app: str = APP, topic: str = INPUT) -> bool:
@@ -196,14 +209,8 @@ def standby_processor(
         num_standby_replicas=1,
         standby_refresh_ms=200,
     )
-    ttl = TtlSettings(ttl_ms=TTL_MS, timestamp="record", sweep_interval_ms=10**12)
-    return Processor(
-        config,
-        state_dir,
-        [KafkaStoreSpec.ttl("seen", ttl=ttl, value_serde=IntSerde())],
-        process,
-        wall_clock_ms=lambda: clock[0],
-        on_restored=on_restored,
+    return ttl_processor(
+        config, state_dir, clock, sweep_interval_ms=10**12, on_restored=on_restored
     )
 
 
@@ -222,13 +229,8 @@ def test_a_standby_applies_the_ttl_rule_and_its_promotion_returns_no_expired_val
         bootstrap, tmp_path / "s2", "s2", standby_clock, on_restored=restored.append
     )
     with first, second:
-
-        def both() -> None:
-            first.poll_once(0.05)
-            second.poll_once(0.05)
-
         run_until(
-            both,
+            poll_each(first, second),
             lambda: (
                 len(first.assignment) == 1
                 and len(second.assignment) == 1
