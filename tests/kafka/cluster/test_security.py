@@ -205,6 +205,48 @@ def test_the_granted_principal_runs_exactly_once_end_to_end(
     no_secret(caplog.text, captured.out, captured.err, metrics)
 
 
+def _create_changelog(secured: Secured, changelog: str) -> None:
+    """Creates the compacted topic ``changelog`` as an operator would, and waits until the
+    metadata shows it."""
+    operator = AdminClient({"bootstrap.servers": secured.broker.bootstrap_servers})
+    operator.create_topics(
+        [NewTopic(changelog, num_partitions=PARTITIONS, config={"cleanup.policy": "compact"})]
+    )[changelog].result(timeout=60)
+    deadline = time.monotonic() + 30
+    while changelog not in topics(secured.broker):
+        assert time.monotonic() < deadline, "the changelog topic never showed in the metadata"
+
+
+def _refused_on_a_topic(
+    secured: Secured,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+    app: App,
+    *,
+    bootstrap: str,
+    security: SecurityConfig,
+    watched: list[str],
+) -> AuthorizationFailedError:
+    """Starts ``app``'s processor as a principal refused on a topic: its
+    ``TOPIC_AUTHORIZATION_FAILED``, once no topic was created, nothing written to
+    ``watched`` and no secret shown."""
+    ends_before = ends(secured.broker.bootstrap_servers, watched)  # (makes __consumer_offsets)
+    topics_before = topics(secured.broker)
+    with caplog.at_level(logging.DEBUG):
+        processor = app.processor(tmp_path, bootstrap_servers=bootstrap, security=security)
+        with pytest.raises(AuthorizationFailedError) as refused:
+            processor.start()
+        processor.close()
+    error = refused.value
+    assert error.code == "TOPIC_AUTHORIZATION_FAILED", error
+    assert topics(secured.broker) == topics_before, "a topic was created"
+    assert ends(secured.broker.bootstrap_servers, watched) == ends_before, "something was written"
+    captured = capfd.readouterr()
+    no_secret(str(error), repr(error), caplog.text, captured.out, captured.err)
+    return error
+
+
 @pytest.mark.parametrize("missing", ["output", "output-write", "changelog", "changelog-write"])
 def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
     secured: Secured,
@@ -215,12 +257,9 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
 ) -> None:
     app = App(secured.broker.bootstrap_servers, f"sec-no-{missing}")
     changelog = changelog_topic_name(app.name, "sums")
-    operator = AdminClient({"bootstrap.servers": secured.broker.bootstrap_servers})
     if missing.startswith("changelog"):
         # The changelog exists (made by an operator) but mallory may not touch it.
-        operator.create_topics(
-            [NewTopic(changelog, num_partitions=PARTITIONS, config={"cleanup.policy": "compact"})]
-        )[changelog].result(timeout=60)
+        _create_changelog(secured, changelog)
     outputs = {"output": None, "output-write": AclOperation.DESCRIBE}
     grant(
         secured.broker,
@@ -241,31 +280,18 @@ def test_a_principal_without_rights_is_refused_at_start_with_nothing_written(
         ),
     )
     app.feed(20)
-    deadline = time.monotonic() + 30
-    while missing.startswith("changelog") and changelog not in set(
-        operator.list_topics(timeout=30).topics
-    ):
-        assert time.monotonic() < deadline, "the changelog topic never showed in the metadata"
-    watched = [app.output, *([changelog] if missing.startswith("changelog") else [])]
-    ends_before = ends(secured.broker.bootstrap_servers, watched)  # (makes __consumer_offsets)
-    topics_before = set(operator.list_topics(timeout=30).topics)
-    with caplog.at_level(logging.DEBUG):
-        processor = app.processor(
-            tmp_path,
-            bootstrap_servers=secured.broker.sasl_bootstrap_servers,
-            security=plain("mallory"),
-        )
-        with pytest.raises(AuthorizationFailedError) as refused:
-            processor.start()
-        processor.close()
-    error = refused.value
-    assert error.code == "TOPIC_AUTHORIZATION_FAILED", error
+    error = _refused_on_a_topic(
+        secured,
+        tmp_path,
+        caplog,
+        capfd,
+        app,
+        bootstrap=secured.broker.sasl_bootstrap_servers,
+        security=plain("mallory"),
+        watched=[app.output, *([changelog] if missing.startswith("changelog") else [])],
+    )
     assert (changelog if missing.startswith("changelog") else app.output) in error.operation
-    assert set(operator.list_topics(timeout=30).topics) == topics_before, "a topic was created"
-    assert ends(secured.broker.bootstrap_servers, watched) == ends_before, "something was written"
     assert not app.committed_end() or not app.fed, "input offsets were committed"
-    captured = capfd.readouterr()
-    no_secret(str(error), repr(error), caplog.text, captured.out, captured.err)
 
 
 def _refused_without(
@@ -478,36 +504,27 @@ def test_a_principal_of_each_mechanism_without_rights_is_refused_at_start(
     # (existing) changelog topic
     app = App(secured.broker.bootstrap_servers, f"sec-no-rights-{who}")
     changelog = changelog_topic_name(app.name, "sums")
-    operator = AdminClient({"bootstrap.servers": secured.broker.bootstrap_servers})
     if who == "mtls":
         principal, security = f"User:CN={CLIENT_SUBJECT}", _mtls(secured)
         bootstrap = secured.broker.mtls_bootstrap_servers
         grant(secured.broker, principal, app, output=None)
         watched, refused_topic = [app.output], app.output
     else:
-        operator.create_topics(
-            [NewTopic(changelog, num_partitions=PARTITIONS, config={"cleanup.policy": "compact"})]
-        )[changelog].result(timeout=60)
+        _create_changelog(secured, changelog)
         principal, security = "User:sara", _sara(secured)
         bootstrap = secured.broker.sasl_ssl_bootstrap_servers
         grant(secured.broker, principal, app, changelog=())
         watched, refused_topic = [app.output, changelog], changelog
-        deadline = time.monotonic() + 30
-        while changelog not in topics(secured.broker):
-            assert time.monotonic() < deadline, "the changelog topic never showed"
     app.feed(20)
-    ends_before = ends(secured.broker.bootstrap_servers, watched)
-    topics_before = topics(secured.broker)
-    with caplog.at_level(logging.DEBUG):
-        processor = app.processor(tmp_path, bootstrap_servers=bootstrap, security=security)
-        with pytest.raises(AuthorizationFailedError) as refused:
-            processor.start()
-        processor.close()
-    error = refused.value
-    assert error.code == "TOPIC_AUTHORIZATION_FAILED", error
+    error = _refused_on_a_topic(
+        secured,
+        tmp_path,
+        caplog,
+        capfd,
+        app,
+        bootstrap=bootstrap,
+        security=security,
+        watched=watched,
+    )
     assert refused_topic in error.operation
-    assert topics(secured.broker) == topics_before, "a topic was created"
-    assert ends(secured.broker.bootstrap_servers, watched) == ends_before, "something was written"
     assert not app.committed_end(), "input offsets were committed"
-    captured = capfd.readouterr()
-    no_secret(str(error), repr(error), caplog.text, captured.out, captured.err)
