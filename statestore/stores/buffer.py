@@ -56,7 +56,7 @@ from changelog.native import compiled
 from statestore.errors import CommitFailedError, StoreEngineError
 from statestore.stores.bytes_store import ChangeLogging
 from statestore.txn.commit_lock import CommitLock
-from statestore.txn.participant import ForwardedSteps, Participant, Records
+from statestore.txn.participant import ForwardedIdentity, ForwardedSteps, Participant, Records
 
 if TYPE_CHECKING:
     from statestore.stores._put import Pending
@@ -86,7 +86,7 @@ def _load_pending() -> Callable[..., Pending] | None:
 _PENDING: Final = _load_pending()
 
 
-class WriteBuffer(ForwardedSteps):
+class WriteBuffer(ForwardedSteps, ForwardedIdentity):
     """The pending writes of one partition over its change-logging layer (which it owns): a
     :class:`~statestore.stores.bytes_store.ChangeLogging`, local or distributed.
 
@@ -119,11 +119,6 @@ class WriteBuffer(ForwardedSteps):
     def inner(self) -> ChangeLogging:
         """The change-logging layer below (for tools and tests; nothing above inspects it)."""
         return self._inner
-
-    @property
-    def failed(self) -> bool:
-        """Whether the partition below is failed."""
-        return self._inner.failed
 
     @property
     def changelogs(self) -> tuple[Log, ...]:
@@ -270,21 +265,6 @@ class WriteBuffer(ForwardedSteps):
             lock.release()
 
     # ------------------------------------------------- the Participant protocol
-
-    @property
-    def store(self) -> str:
-        """The store's name."""
-        return self._inner.store
-
-    @property
-    def partition(self) -> int:
-        """The partition number."""
-        return self._inner.partition
-
-    @property
-    def changelog(self) -> Log:
-        """The partition's changelog."""
-        return self._inner.changelog
 
     @property
     def participants(self) -> tuple[Participant, ...]:

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from changelog import Log
 from statestore.stores.bytes_store import ChangeLogging
-from statestore.txn.participant import ForwardedSteps, Records
+from statestore.txn.participant import ForwardedIdentity, ForwardedSteps, Records
 
 __all__ = ["CachingStore"]
 
@@ -87,7 +87,7 @@ class _Entries(dict[bytes, bytes | None]):
             self.shrink()
 
 
-class CachingStore(ForwardedSteps):
+class CachingStore(ForwardedSteps, ForwardedIdentity):
     """A record cache over one partition's change-logging layer (see the module docstring).
 
     Implements :class:`~statestore.stores.bytes_store.ChangeLogging`; owns the layer it
@@ -140,26 +140,6 @@ class CachingStore(ForwardedSteps):
         return self._inner.approximate_num_entries()
 
     # -- identity ----------------------------------------------------------------------
-
-    @property
-    def store(self) -> str:
-        """The store's name."""
-        return self._inner.store
-
-    @property
-    def partition(self) -> int:
-        """The partition number."""
-        return self._inner.partition
-
-    @property
-    def failed(self) -> bool:
-        """Whether the layer below is failed."""
-        return self._inner.failed
-
-    @property
-    def changelog(self) -> Log:
-        """The layer below's changelog (refused there when it is a broker's topic)."""
-        return self._inner.changelog
 
     @property
     def changelogs(self) -> tuple[Log, ...]:

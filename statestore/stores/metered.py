@@ -44,7 +44,7 @@ from statestore.metrics.registry import Counter, MetricsRegistry, Tags
 from statestore.stores.bytes_store import BytesStore
 from statestore.stores.restore import ProgressHook, RestoreProgress, RestoreResult
 from statestore.txn.commit_lock import CommitLock
-from statestore.txn.participant import ForwardedSteps, Participant, Records
+from statestore.txn.participant import ForwardedIdentity, ForwardedSteps, Participant, Records
 
 __all__ = ["MeteredParticipant", "MeteredStore", "PartitionMetrics", "partition_tags"]
 
@@ -322,7 +322,7 @@ class MeteredStore:
         self._inner.abandon()
 
 
-class MeteredParticipant(ForwardedSteps):
+class MeteredParticipant(ForwardedSteps, ForwardedIdentity):
     """A partition's :class:`~statestore.txn.participant.Participant`, its commits counted.
 
     A one-partition commit (:meth:`write`) is timed from start to end; a
@@ -343,29 +343,9 @@ class MeteredParticipant(ForwardedSteps):
         """When this partition's transactional append (T1) ran; ``None`` outside a transaction."""
 
     @property
-    def store(self) -> str:
-        """The store's name."""
-        return self._inner.store
-
-    @property
-    def partition(self) -> int:
-        """The partition number."""
-        return self._inner.partition
-
-    @property
-    def changelog(self) -> Log:
-        """The partition's changelog."""
-        return self._inner.changelog
-
-    @property
     def commit_lock(self) -> CommitLock:
         """The wrapped partition's commit lock."""
         return self._inner.commit_lock
-
-    @property
-    def failed(self) -> bool:
-        """Whether the wrapped partition is failed."""
-        return self._inner.failed
 
     @property
     def pending_count(self) -> int:

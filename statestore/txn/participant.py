@@ -23,7 +23,15 @@ from changelog import AppendInfo, Log
 from changelog.record.control import ControlRecordType
 from statestore.txn.commit_lock import CommitLock
 
-__all__ = ["Committer", "ForwardedSteps", "Participant", "Records", "TransactionSteps"]
+__all__ = [
+    "Committer",
+    "ForwardedIdentity",
+    "ForwardedSteps",
+    "Participant",
+    "PartitionIdentity",
+    "Records",
+    "TransactionSteps",
+]
 
 Records = Mapping[bytes, bytes | None]
 """A commit's records: serialized key -> serialized value (``None``: a tombstone), one per key,
@@ -88,6 +96,58 @@ class ForwardedSteps:
         return self._inner.append_marker(
             marker, producer_id=producer_id, producer_epoch=producer_epoch, defer_flush=defer_flush
         )
+
+
+class PartitionIdentity(Protocol):
+    """Which partition a layer serves, and whether it is failed: what every layer from the
+    write buffer down to the changelog offers (:class:`ForwardedIdentity` passes it on)."""
+
+    @property
+    def store(self) -> str:
+        """The store's name."""
+        ...
+
+    @property
+    def partition(self) -> int:
+        """The partition number."""
+        ...
+
+    @property
+    def changelog(self) -> Log:
+        """The partition's changelog."""
+        ...
+
+    @property
+    def failed(self) -> bool:
+        """Whether the partition is failed (reopen the store)."""
+        ...
+
+
+class ForwardedIdentity:
+    """:class:`PartitionIdentity` of the layer below, ``_inner``: for a layer that serves the
+    same partition and fails only with it."""
+
+    _inner: PartitionIdentity
+
+    @property
+    def store(self) -> str:
+        """The store's name."""
+        return self._inner.store
+
+    @property
+    def partition(self) -> int:
+        """The partition number."""
+        return self._inner.partition
+
+    @property
+    def changelog(self) -> Log:
+        """The layer below's changelog (refused there when it is a broker's topic)."""
+        return self._inner.changelog
+
+    @property
+    def failed(self) -> bool:
+        """Whether the layer below is failed."""
+        return self._inner.failed
 
 
 class Participant(TransactionSteps, Protocol):
