@@ -150,32 +150,12 @@ class ForwardedIdentity:
         return self._inner.failed
 
 
-class Participant(TransactionSteps, Protocol):
+class Participant(TransactionSteps, PartitionIdentity, Protocol):
     """One store partition as a member of a commit (see the module docstring)."""
-
-    @property
-    def store(self) -> str:
-        """The store's name."""
-        ...
-
-    @property
-    def partition(self) -> int:
-        """The partition number."""
-        ...
-
-    @property
-    def changelog(self) -> Log:
-        """The partition's changelog."""
-        ...
 
     @property
     def commit_lock(self) -> CommitLock:
         """Held by whoever commits this partition (one commit at a time, in arrival order)."""
-        ...
-
-    @property
-    def failed(self) -> bool:
-        """Whether the partition is failed (reopen the store)."""
         ...
 
     @property
