@@ -87,7 +87,10 @@ class GroupCommit:
         self._flush = flush
         self._check = check
         self._label = label
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        """``_cond``'s lock, entered directly: ``with`` on a Condition runs two Python-level
+        methods around it, on every call of :meth:`sync_to`."""
+        self._cond = threading.Condition(self._lock)
         self._flushing = False
         self._waiting = 0
         """Callers in ``_cond.wait()`` (guarded by ``_cond``)."""
@@ -129,10 +132,10 @@ class GroupCommit:
         """
         if not self.sharing:
             return self._sync_alone(offset)
-        cond = self._cond
+        lock, cond = self._lock, self._cond
         led = False
         while True:
-            with cond:
+            with lock:
                 while True:
                     if self._failure is not None:
                         self._raise_failed(offset)
@@ -154,12 +157,12 @@ class GroupCommit:
             try:
                 self._flush(False)
             except BaseException as exc:
-                with cond:
+                with lock:
                     self._failure = exc
                     self._flushing = False
                     cond.notify_all()
                 raise
-            with cond:
+            with lock:
                 self._flushing = False
                 if self._waiting:  # a Condition's notify walks its waiters in Python: skip it
                     cond.notify_all()

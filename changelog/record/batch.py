@@ -334,6 +334,10 @@ def _check_keys(pairs: Sequence[Any]) -> None:
             raise _no_key(index)
 
 
+_NO_PRODUCER: Final = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+"""A batch without a producer: valid by construction (:func:`_encode_plain` skips its check)."""
+
+
 def _encode_plain(
     base_offset: int,
     pairs: Pairs,
@@ -360,7 +364,8 @@ def _encode_plain(
         pairs = check_pairs(pairs)
     check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
     check_timestamp("timestamp_ms", timestamp_ms)
-    check_producer_state(*producer, is_transactional=is_transactional)
+    if producer is not _NO_PRODUCER:  # every ordinary append: the constant needs no check
+        check_producer_state(*producer, is_transactional=is_transactional)
     try:
         buf = _ENCODE_PLAIN(pairs, BATCH_HEADER_SIZE, require_keys)  # type: ignore[misc]  # checked by the caller
     except TypeError:
@@ -405,7 +410,7 @@ def encode_append_batch(
     different timestamps.
     """
     transactional = producer is not None
-    ids = producer if producer is not None else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+    ids = producer if producer is not None else _NO_PRODUCER
     if timestamps is not None:
         return _encode_timestamped(
             pairs,

@@ -241,7 +241,7 @@ class WriteBuffer(ForwardedSteps, ForwardedIdentity):
         returns 0 with nothing pending.  Otherwise waits for
         :attr:`commit_lock` in arrival order, or returns 0 at once when a
         commit that took this thread's writes succeeded meanwhile
-        (:meth:`CommitLock.acquire_for_commit`: they are durable); then
+        (:meth:`CommitLock.acquire_take`: they are durable); then
         :meth:`take` and :meth:`write`, one batch, one fsync.  One frame for
         what the coordinator would otherwise ask through five calls.
         """
@@ -255,10 +255,11 @@ class WriteBuffer(ForwardedSteps, ForwardedIdentity):
         if not self._pending:
             return 0
         lock = self.commit_lock
-        if not lock.acquire_for_commit():
+        take = lock.acquire_take()  # numbered before the copy: see CommitLock
+        if not take:
             return 0  # a commit that took these writes has succeeded: durable, nothing to do
         try:
-            self._take = lock.next_take()  # numbered before the copy: see CommitLock
+            self._take = take
             records = self._pending.copy()
             return self.write(records) if records else 0
         finally:

@@ -83,16 +83,19 @@ class CommitLock:
             return False
         return True
 
-    def acquire_for_commit(self) -> bool:
-        """:meth:`ticket` then :meth:`acquire_unless_covered` with it, in one step.
+    def acquire_take(self) -> int:
+        """:meth:`ticket`, :meth:`acquire_unless_covered` with it and :meth:`next_take`, in one step.
 
-        For a committer whose writes are buffered: ``True`` with the lock held,
-        ``False`` (lock not held) once a take that includes those writes committed.
+        For a committer whose writes are buffered and who copies them next: the
+        take's number (> 0) with the lock held, or 0 (lock not held) once a take
+        that includes those writes committed.  An uncontended lock costs one
+        ``_mutex`` round.
         """
         with self._mutex:
             if not self._held:
                 self._held = True
-                return True
+                self._taken += 1
+                return self._taken
             ticket = self._taken + 1
             gate = threading.Lock()
             gate.acquire()
@@ -100,8 +103,8 @@ class CommitLock:
         gate.acquire()  # opened by the release that hands the lock to this thread
         if self._committed >= ticket:
             self.release()  # covered while waiting: pass the lock on
-            return False
-        return True
+            return 0
+        return self.next_take()
 
     def ticket(self) -> int:
         """The number the next take will have (ask after buffering the writes to cover)."""

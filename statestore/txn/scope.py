@@ -85,6 +85,14 @@ class _Claim:
     """An unscoped commit's or abort's hold on the free stores while it runs."""
 
 
+class _ThreadBlock(threading.local):
+    """Each thread's open block; ``None`` (the class default) on a thread that never opened one,
+    so :meth:`TransactionScopes.current` reads an attribute instead of catching a missing one
+    (a ``getattr`` default raises and catches an ``AttributeError`` inside: every commit asks)."""
+
+    block: TransactionBlock | None = None
+
+
 class TransactionScopes:
     """The blocks of every thread and the stores they own (see the module docstring)."""
 
@@ -93,7 +101,7 @@ class TransactionScopes:
         store's owning block (see :data:`OwnerHook`)."""
         self._cond = threading.Condition(threading.Lock())
         self._owners: dict[str, TransactionBlock | _Claim] = {}
-        self._local = threading.local()
+        self._local = _ThreadBlock()
         self.on_owner = on_owner
         """Called under ``_cond`` with ``(store, block thread)`` when a scoped block claims a
         store and ``(store, None)`` when it releases it (the manager makes the store refuse
@@ -101,8 +109,7 @@ class TransactionScopes:
 
     def current(self) -> TransactionBlock | None:
         """The calling thread's open block, if any."""
-        block: TransactionBlock | None = getattr(self._local, "block", None)
-        return block
+        return self._local.block
 
     def owner(self, name: str) -> TransactionBlock | None:
         """The scoped block owning store ``name`` (``None``: no block owns it)."""

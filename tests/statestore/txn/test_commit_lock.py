@@ -30,6 +30,26 @@ def test_a_ticket_is_covered_only_by_a_later_take_that_committed() -> None:
         lock.release()
 
 
+def test_acquire_take_numbers_the_take_or_returns_0_once_covered_while_waiting() -> None:
+    lock = CommitLock()
+    assert lock.acquire_take() == 1  # uncontended: held, take 1
+    results: list[int] = []
+    waiter = threading.Thread(target=lambda: results.append(lock.acquire_take()))
+    waiter.start()  # its ticket is 2: the next take covers its writes
+    deadline = time.monotonic() + TIMEOUT_S
+    while lock.queue_length() < 1:  # queued behind the lock: poll the lock's count, bounded
+        assert time.monotonic() < deadline
+        time.sleep(0.0005)
+    take = lock.next_take()  # the holder takes again (2): the waiter's writes are in it
+    lock.committed(take)
+    lock.release()
+    waiter.join(TIMEOUT_S)
+    assert results == [0]  # covered: returned without the lock, which it passed on
+    assert not lock.locked()
+    assert lock.acquire_take() == 3
+    lock.release()
+
+
 def test_waiters_get_the_lock_in_arrival_order() -> None:
     lock = CommitLock()
     lock.acquire()
