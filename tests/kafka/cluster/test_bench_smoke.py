@@ -36,7 +36,8 @@ def test_stream_bench_runs_statestore_and_the_floor(cluster: KafkaBroker, tmp_pa
     assert all(run["records"] > 0 and run["cpu_s"] > 0 for run in runs)
     for run in runs:  # the CPU split by thread: the interpreter's own, librdkafka's
         split = run["threads_cpu_s"]
-        assert split["main"] > 0
+        # /proc counts thread CPU in clock ticks (10 ms): a smoke run's share may round to 0
+        assert "main" in split and all(seconds >= 0 for seconds in split.values())
         assert any(group.startswith("rdk:") for group in split)
 
 
