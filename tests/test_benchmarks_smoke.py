@@ -106,34 +106,16 @@ def test_offset_map_bench_reports_growth_and_budget(capsys: pytest.CaptureFixtur
 
 
 def test_metrics_bench_runs_and_reports_its_target() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.metrics_bench", "--records", "2000", "--reps", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    payload = _bench_payload(
+        "benchmarks.metrics_bench", "--records", "2000", "--reps", "1", timeout_s=300
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    payload = _last_json_line(proc.stdout)
-    assert payload is not None
     rows = {row["name"]: row for row in payload["results"]}
     assert rows["put, commit/1,000, fsync, metrics INFO"]["target"] == "ratio>= 0.97"
     assert {row["baseline_name"] for row in rows.values()} == {"metrics OFF"}
 
 
 def test_txn_bench_runs_every_case_and_reports_the_durable_floor_target() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.txn_bench", "--tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    payload = _last_json_line(proc.stdout)
-    assert payload is not None
+    payload = _bench_payload("benchmarks.txn_bench", "--tiny")
     rows = {row["name"]: row for row in payload["results"]}
     single = rows["put + commit/500, one store"]
     assert single["target"] == "ratio>= 0.9"
@@ -146,18 +128,25 @@ def test_txn_bench_runs_every_case_and_reports_the_durable_floor_target() -> Non
     assert payload["loadavg_before_after_case"].keys() == {"single", "multi", "threads"}
 
 
-def _run_bench(*argv: str) -> dict[str, Any]:
+def _bench_payload(*argv: str, timeout_s: float = 600) -> dict[str, Any]:
+    """Run ``python -m ARGV``; it must exit 0 and end with its JSON line, returned."""
     proc = subprocess.run(
         [sys.executable, "-m", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout_s,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     payload = _last_json_line(proc.stdout)
     assert payload is not None
+    return payload
+
+
+def _run_bench(*argv: str) -> dict[str, Any]:
+    """:func:`_bench_payload`, every result a number above 0."""
+    payload = _bench_payload(*argv)
     for row in payload["results"]:
         assert row["value"] == row["value"] and row["value"] > 0, row  # not NaN
     return payload
@@ -266,17 +255,7 @@ def test_the_stream_table_is_the_committed_json() -> None:
 
 def test_aio_lag_bench_reports_every_case_against_the_idle_loop() -> None:
     # Not _run_bench: the lag a workload adds to the idle loop's p99 may be below zero.
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.aio_lag_bench", "--seconds", "0.2", "--rounds", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    payload = _last_json_line(proc.stdout)
-    assert payload is not None
+    payload = _bench_payload("benchmarks.aio_lag_bench", "--seconds", "0.2", "--rounds", "1")
     assert all(row["value"] == row["value"] for row in payload["results"])  # not NaN
     assert set(payload["cases"]) == set(aio_lag_bench.CASES)
     rows = {row["name"]: row for row in payload["results"]}
