@@ -156,6 +156,14 @@ def pwrite_fd(
 ) -> None:
     """Write all of ``data`` at ``position`` (looping on short writes); the fd's offset is
     not used, so the descriptor must not be ``O_APPEND`` (Linux would append)."""
+    if _fault_hook is None:  # the usual case: one call, no view of the data
+        try:
+            written = os.pwrite(fd, data, position)
+        except OSError as exc:
+            raise _storage_error(path, step, exc) from exc
+        if written == len(data):
+            return
+        data, position = memoryview(data)[written:], position + written
     view = memoryview(data)
     try:
         try:

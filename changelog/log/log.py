@@ -233,6 +233,11 @@ class Log:
             prefix=self._prefix,
         )
         self._truncations = 0  # bumped by truncate_to: a flush that raced one claims nothing
+        self._roll_guard: tuple[LogSegment, int, int, int, int] | None = None
+        """The active segment's :meth:`LogSegment.roll_headroom` (segment, size, size, offset and
+        timestamp bounds), and in ``_roll_appends`` how many appends it still covers: an append
+        inside it needs no :meth:`LogSegment.should_roll` (``_append_locked``)."""
+        self._roll_appends = 0
         self._group = GroupCommit(
             durable_offset=self._durable_offset,
             flush=self._flush_for_group,
@@ -627,10 +632,28 @@ class Log:
         _LEADER_EPOCH.pack_into(batch, _LEADER_EPOCH_POSITION, self._leader_epoch)
         segment = self._segments.active
         try:  # _fatal_on_storage_error, spelled out: this is the hot path
-            if segment.should_roll(
-                messages_size=size, max_timestamp_ms=stamp, max_offset=last, now_ms=self._clock()
-            ) or self._dirty_roll_due(segment, size):
-                segment = self._roll_locked()
+            guard = self._roll_guard
+            if (
+                guard is not None
+                and self._roll_appends > 0
+                and guard[0] is segment
+                and guard[1] <= segment.size_bytes <= guard[2] - size
+                and last <= guard[3]
+                and stamp <= guard[4]
+                and not self._dirty_roll_due(segment, size)
+            ):
+                self._roll_appends -= 1  # inside the headroom: should_roll would say False
+            else:
+                if segment.should_roll(
+                    messages_size=size,
+                    max_timestamp_ms=stamp,
+                    max_offset=last,
+                    now_ms=self._clock(),
+                ) or self._dirty_roll_due(segment, size):
+                    segment = self._roll_locked()
+                headroom = segment.roll_headroom()
+                self._roll_guard = None if headroom is None else (segment, *headroom[:4])
+                self._roll_appends = 0 if headroom is None else headroom[4] - 1
             segment.append(
                 batch,
                 largest_offset=last,

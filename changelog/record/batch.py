@@ -362,8 +362,10 @@ def _encode_plain(
             raise InvalidRecordError("a batch needs at least one record")
     else:
         pairs = check_pairs(pairs)
-    check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
-    check_timestamp("timestamp_ms", timestamp_ms)
+    if base_offset:  # every append encodes at 0 (the log patches the offset): no check
+        check_int("base_offset", base_offset, 0, INT64_MAX - len(pairs) + 1)
+    if type(timestamp_ms) is not int or not NO_TIMESTAMP <= timestamp_ms <= INT64_MAX:
+        check_timestamp("timestamp_ms", timestamp_ms)  # raises, naming the value
     if producer is not _NO_PRODUCER:  # every ordinary append: the constant needs no check
         check_producer_state(*producer, is_transactional=is_transactional)
     try:

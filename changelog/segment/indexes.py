@@ -264,6 +264,17 @@ class SegmentIndexes:
         """Whether either index is full (the segment must roll)."""
         return self.offset_index.is_full() or self.time_index.is_full()
 
+    def appends_before_full(self) -> int:
+        """How many more batches :meth:`add_batch` can take before :meth:`is_full` may hold
+        (each adds at most one entry to each index)."""
+        return max(
+            0,
+            min(
+                self.offset_index.max_entries - len(self.offset_index),
+                self.time_index.max_entries - 1 - len(self.time_index),
+            ),
+        )
+
     def sanity_check(self, log_size: int) -> None:
         """Each index's own checks, and the last offset entry must point inside the ``.log``.
 

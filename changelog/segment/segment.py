@@ -74,6 +74,11 @@ file without writing zeros after it: zeros double the bytes a bulk writer sends 
 disk (measured: 1,000-record commits 0.75-0.87x as fast with them), and its own size
 makes the metadata a growing file's flush commits cheap beside it."""
 
+_ZERO_PIECE_BYTES: Final = 64 * 1024
+"""The zeros go to the page cache in writes of at most this size: one large write makes the
+kernel cache the extent in large folios, and every small append into such a folio then costs
+more (a 130-byte ``pwrite`` into zeros written 1 MiB at once: 1.5 us; 64 KiB at a time: 0.5 us)."""
+
 _NO_ROOM: Final = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 """Errors of a preallocation write that leave the append without preallocation."""
 
@@ -382,7 +387,9 @@ class LogSegment:
         if limit <= end:
             return
         try:
-            files.pwrite_fd(fd, _zeros(limit - end), end, self.log_path, "segment.preallocate")
+            for at in range(end, limit, _ZERO_PIECE_BYTES):
+                piece = min(_ZERO_PIECE_BYTES, limit - at)
+                files.pwrite_fd(fd, _zeros(piece), at, self.log_path, "segment.preallocate")
         except LogStorageError as exc:
             if exc.errno not in _NO_ROOM:
                 raise
@@ -530,6 +537,27 @@ class LogSegment:
             else now_ms - self._created_ms
         )
         return waited > self._config.max_segment_ms - self.roll_jitter_ms
+
+    def roll_headroom(self) -> tuple[int, int, int, int, int] | None:
+        """Bounds within which :meth:`should_roll` stays ``False``, for the log to check cheaply.
+
+        ``(size now, largest size after an append, largest last offset, largest max
+        timestamp, appends)``: while the segment is at least its size now (no truncation
+        since), an append that ends within the three bounds, among the next ``appends``
+        (each adds at most one entry to either index), needs no roll.  ``None`` when the
+        answer depends on the clock (an empty segment, or one without timestamps).
+        """
+        first = self.first_batch_timestamp_ms()
+        if self._size == 0 or first is None or first < 0:
+            return None
+        config = self._config
+        return (
+            self._size,
+            config.segment_bytes,
+            self._base_offset + INT32_MAX,
+            first + config.max_segment_ms - self.roll_jitter_ms,
+            self._indexes.appends_before_full(),
+        )
 
     def on_become_inactive(self) -> None:
         """The log rolls past this segment or closes: final time index entry, both indexes
