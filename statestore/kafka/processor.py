@@ -10,7 +10,9 @@ Lifecycle of a task (partition ``p`` of every input topic and of every store):
   stored broker offset; full when the offset is out of range, the topic was
   recreated or the state is older than ``delete.retention.ms``), replay the
   changelog partition with the restore consumer, read the committed input
-  offsets, then **resume** the inputs.
+  offsets, then **resume** the inputs and seek them to those offsets (in that
+  order: librdkafka holds a partition sought while paused for
+  ``fetch.error.backoff.ms``, 500 ms, before its first fetch).
 * **run**: each input record calls ``process(context, message)`` with the
   task's stores; writes and outputs are buffered.  Every
   ``commit_interval_ms`` (or ``commit_every_records``) one commit covers all
@@ -657,9 +659,9 @@ class Processor:
                 store.close(flush=False)
             raise
         task.run(stores, committed)
+        self._consumer.resume(task.inputs)
         for tp in task.inputs:
             self._seek(tp.topic, task.partition, committed[tp.topic])
-        self._consumer.resume(task.inputs)
         if self._on_restored is not None:
             for report in result.reports:
                 self._on_restored(report)
@@ -1193,6 +1195,7 @@ class Processor:
                 self._restorer = None
             if self._transaction is not None:
                 self._transaction.abandon(5)  # nothing is open unless the commit failed
+                self._transaction.close()
             if self._producer is not None:
                 try:
                     self._producer.flush(5)

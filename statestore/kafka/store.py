@@ -473,6 +473,10 @@ class TaskStore(Generic[K, V]):
             )
         )
         (self._participant,) = self._inner.participants
+        self.stamped_ms: int | None = None
+        """The wall-clock time the last commit wrote as this partition's applied time
+        (``None``: none since this stack was built); see
+        :data:`statestore.kafka.commit.IDLE_STAMP_INTERVAL_MS`."""
 
     @property
     def store(self) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,13 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from statestore.config import RocksDBConfig
 from statestore.kafka import OutputRecord, ProducerFencedError, TaskStore, TransactionAbortedError
-from statestore.kafka.commit import OpenTransaction, StoreTopic, commit_tasks
+from statestore.kafka.commit import (
+    IDLE_STAMP_INTERVAL_MS,
+    BoundedCaller,
+    OpenTransaction,
+    StoreTopic,
+    commit_tasks,
+)
 from statestore.kafka.restore import stored_applied_time_ms, stored_topic_id
 from statestore.serdes import IntSerde, StringSerde
 from statestore.stores.engine import RocksDBEngine
@@ -255,3 +262,103 @@ def test_an_abort_that_timed_out_is_resumed_before_the_next_transaction(
     commit()
     assert producer.calls[calls : calls + 2] == ["abort", "begin"]
     assert not transaction.abort_unfinished and store.store.get("a") == 2
+
+
+def test_an_unchanged_partition_is_stamped_again_only_once_its_stamp_is_old(tmp_path: Path) -> None:
+    stores: list[TaskStore[str, int]] = [
+        TaskStore(
+            name="s",
+            partition=p,
+            engine=RocksDBEngine.open(tmp_path / f"s-{p}", config=RocksDBConfig(), cache=None),
+            key_serde=StringSerde(),
+            value_serde=IntSerde(),
+        )
+        for p in (0, 1)
+    ]
+    now_ms = [50_000]
+    producer = FakeProducer()
+
+    def commit() -> None:
+        commit_tasks(
+            OpenTransaction(producer, guarantee="exactly_once_v2"),
+            stores=[StoreTopic(store=s, topic=TOPIC, topic_id="topic-id-1") for s in stores],
+            offsets=[],
+            group_metadata=lambda: "group-metadata",
+            commit_offsets=lambda tps: None,
+            timeout_s=5,
+            wall_clock_ms=lambda: now_ms[0],
+        )
+
+    def stamps() -> list[int | None]:
+        return [stored_applied_time_ms(s.engine) for s in stores]
+
+    try:
+        stores[0].store.put("a", 1)
+        commit()  # the first commit of a stack stamps every partition
+        assert stamps() == [50_000, 50_000]
+        offsets = [s.applied_offset for s in stores]
+        now_ms[0] += IDLE_STAMP_INTERVAL_MS - 1
+        stores[0].store.put("a", 2)
+        commit()
+        assert stamps() == [50_000 + IDLE_STAMP_INTERVAL_MS - 1, 50_000]  # partition 1: no write
+        now_ms[0] += 1
+        stores[0].store.put("a", 3)
+        commit()
+        assert stamps() == [50_000 + IDLE_STAMP_INTERVAL_MS] * 2  # its stamp was old: rewritten
+        assert stores[0].applied_offset > offsets[0] and stores[1].applied_offset == offsets[1]
+        assert stores[0].store.get("a") == 3 and stores[1].store.get("a") is None
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_the_bounded_caller_keeps_its_thread_and_leaves_a_stuck_call_behind() -> None:
+    caller = BoundedCaller("test-caller")
+    threads: list[threading.Thread] = []
+    release = threading.Event()
+    entered = threading.Event()
+
+    def where() -> None:
+        threads.append(threading.current_thread())
+
+    def stuck() -> None:
+        entered.set()
+        release.wait(10)
+
+    def fails() -> None:
+        raise ValueError("boom")
+
+    try:
+        for _ in range(3):
+            assert caller.call(where, 5)
+        assert len(set(threads)) == 1 and threads[0] is not threading.current_thread()
+        assert not caller.call(stuck, 0.05)
+        assert entered.is_set()
+        assert caller.call(where, 5)
+        assert threads[-1] is not threads[0]  # a new thread: the first is still in its call
+        with pytest.raises(ValueError, match="boom"):
+            caller.call(fails, 5)
+        assert caller.call(where, 5) and threads[-1] is threads[-2]
+    finally:
+        release.set()
+        caller.close()
+    threads[0].join(5)
+    threads[-1].join(5)
+    assert not threads[0].is_alive() and not threads[-1].is_alive()
+
+
+def test_the_bounded_callers_thread_ends_when_idle() -> None:
+    caller = BoundedCaller("test-idle", idle_exit_s=0.05)
+    threads: list[threading.Thread] = []
+
+    def where() -> None:
+        threads.append(threading.current_thread())
+
+    assert caller.call(where, 5)
+    threads[0].join(5)
+    assert not threads[0].is_alive()
+    assert caller.call(where, 5)  # a call after the idle exit starts a new thread
+    assert threads[1] is not threads[0]
+    caller.close()
+    threads[1].join(5)
+    assert not threads[1].is_alive()
