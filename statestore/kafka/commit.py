@@ -314,6 +314,9 @@ class OpenTransaction:
         """Errors of delivery reports (at-least-once) since the last commit or abandon."""
         self._known = set(known_topics)
         self._send_timeout_s = send_timeout_s
+        self._report: Callable[[Any, Any], None] | None = (
+            None if self.exactly_once else self.delivery_report
+        )
         self.caller = BoundedCaller("send-offsets-to-transaction")
         """The helper thread of step 3 (see the module docstring); :meth:`close` ends it."""
 
@@ -352,7 +355,7 @@ class OpenTransaction:
         """Produce one output now, into the open transaction (see the class docstring)."""
         if self.failure is not None or (topic not in self._known and not self._check_topic(topic)):
             return
-        report = None if self.exactly_once else self.delivery_report
+        report = self._report
         try:
             if not self.open and self.exactly_once:
                 self.begin()

@@ -10,9 +10,8 @@ Lifecycle of a task (partition ``p`` of every input topic and of every store):
   stored broker offset; full when the offset is out of range, the topic was
   recreated or the state is older than ``delete.retention.ms``), replay the
   changelog partition with the restore consumer, read the committed input
-  offsets, then **resume** the inputs and seek them to those offsets (in that
-  order: librdkafka holds a partition sought while paused for
-  ``fetch.error.backoff.ms``, 500 ms, before its first fetch).
+  offsets, then **resume** the inputs (every task restored by then at once)
+  and seek them to those offsets.
 * **run**: each input record calls ``process(context, message)`` with the
   task's stores; writes and outputs are buffered.  Every
   ``commit_interval_ms`` (or ``commit_every_records``) one commit covers all
@@ -148,9 +147,10 @@ class ProcessorContext:
     Valid only during the call.  Not thread-safe.
     """
 
-    def __init__(self, processor: Processor) -> None:
-        self._processor = processor
+    def __init__(self) -> None:
         self._task: Task | None = None
+        self._stores: Mapping[str, Any] = {}
+        self._transaction: OpenTransaction | None = None
 
     @property
     def partition(self) -> int:
@@ -164,8 +164,7 @@ class ProcessorContext:
         A :class:`~statestore.KeyValueStore`, or the store in time its spec names
         (:class:`~statestore.WindowStore`, ...).
         """
-        assert self._task is not None
-        return self._task.stores[name].store
+        return self._stores[name]
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
         """Produce an output record now, inside the open transaction (exactly-once: visible
@@ -175,7 +174,7 @@ class ProcessorContext:
         ``statestore.partition_for``).  Never raises a client error: a failed
         send fails the next commit (see :class:`~statestore.kafka.commit.OpenTransaction`).
         """
-        transaction = self._processor._transaction
+        transaction = self._transaction
         assert transaction is not None
         transaction.send(topic, key, value, partition)
 
@@ -231,7 +230,7 @@ class Processor:
         self._consumer: Any = None
         self._producer: Any = None
         self._admin: Any = None
-        self._context = ProcessorContext(self)
+        self._context = ProcessorContext()
         self._standby: StandbyTasks | None = None
         self._standby_refreshed = 0.0
         self._endpoint = (
@@ -374,6 +373,7 @@ class Processor:
             known_topics=sinks,
             send_timeout_s=config.transaction_timeout_ms / 1000 * 0.8,
         )
+        self._context._transaction = self._transaction
         restore_consumer = self._clients.consumer(
             {
                 **self._client_config(),
@@ -620,6 +620,7 @@ class Processor:
         if self._restorer is None:
             return
         failed: BaseException | None = None
+        ready: list[tuple[Task, RestoredTask]] = []
         for result in self._restorer.take():
             task = self._tasks.get(result.partition)
             if task is None or task.state is not TaskState.RESTORING:
@@ -627,18 +628,62 @@ class Processor:
                     engine.close(flush=False)
                 continue
             if result.error is not None:
-                task.move(TaskState.SUSPENDED)
-                task.move(TaskState.RESTORING)
-                self._restorer.add(task.partition)
+                self._restore_again(task)
                 failed = failed or result.error
                 continue
-            self._run_task(task, result)
+            ready.append((task, result))
+        if ready:
+            self._run_tasks(ready)
         if failed is not None:
             raise failed
 
-    def _run_task(self, task: Task, result: RestoredTask) -> None:
-        """Wrap the restored engines, read the committed offsets, resume the inputs."""
-        stores: dict[str, TaskStore[Any, Any]] = {
+    def _restore_again(self, task: Task) -> None:
+        """A task whose restore failed goes back to the restorer (RESTORING -> SUSPENDED ->
+        RESTORING)."""
+        assert self._restorer is not None
+        task.move(TaskState.SUSPENDED)
+        task.move(TaskState.RESTORING)
+        self._restorer.add(task.partition)
+
+    def _run_tasks(self, ready: list[tuple[Task, RestoredTask]]) -> None:
+        """Wrap the restored engines, read the committed offsets, resume the inputs.
+
+        All of ``ready`` at once: one read of the committed offsets, and one
+        ``resume`` so that the first fetch asks for every partition (resumed
+        one by one, the first partition's fetch reaches its end and waits
+        there for ``fetch.wait.max.ms``, 500 ms, before the next partition is
+        fetched); then each input is sought to its committed offset (after the
+        resume: librdkafka holds a partition sought while paused for
+        ``fetch.error.backoff.ms``, 500 ms, before its first fetch).  If the
+        offsets cannot be read, the stores are closed and the tasks restored
+        again.
+        """
+        stores = {task.partition: self._task_stores(task, result) for task, result in ready}
+        inputs = [tp for task, _result in ready for tp in task.inputs]
+        try:
+            committed = self._committed_offsets(inputs)
+        except BaseException:
+            for task, _result in ready:
+                for store in stores[task.partition].values():
+                    store.close(flush=False)
+                self._restore_again(task)
+            raise
+        for task, _result in ready:
+            task.run(
+                stores[task.partition],
+                {tp.topic: committed[(tp.topic, tp.partition)] for tp in task.inputs},
+            )
+        self._consumer.resume(inputs)
+        for tp in inputs:
+            self._seek(tp.topic, tp.partition, committed[(tp.topic, tp.partition)])
+        if self._on_restored is not None:
+            for _task, result in ready:
+                for report in result.reports:
+                    self._on_restored(report)
+
+    def _task_stores(self, task: Task, result: RestoredTask) -> dict[str, TaskStore[Any, Any]]:
+        """The runtime's stack over each restored engine of ``task``."""
+        return {
             name: TaskStore(
                 name=name,
                 partition=task.partition,
@@ -652,22 +697,10 @@ class Processor:
             )
             for name, engine in result.engines.items()
         }
-        try:
-            committed = self._committed_offsets(task.inputs)
-        except BaseException:
-            for store in stores.values():
-                store.close(flush=False)
-            raise
-        task.run(stores, committed)
-        self._consumer.resume(task.inputs)
-        for tp in task.inputs:
-            self._seek(tp.topic, task.partition, committed[tp.topic])
-        if self._on_restored is not None:
-            for report in result.reports:
-                self._on_restored(report)
 
-    def _committed_offsets(self, tps: list[Any]) -> dict[str, int]:
-        """The committed input offsets (stable ones: a pending transaction is waited for)."""
+    def _committed_offsets(self, tps: list[Any]) -> dict[tuple[str, int], int]:
+        """The committed offsets of input partitions ``tps``, by (topic, partition) (stable
+        ones: a pending transaction is waited for)."""
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition  # noqa: PLC0415
 
         deadline = time.monotonic() + self._config.restore_timeout_ms / 1000
@@ -683,7 +716,10 @@ class Processor:
                     ) from exc
                 logger.info("committed offsets not available yet (%s), retrying", exc)
                 time.sleep(0.2)
-        return {tp.topic: (tp.offset if tp.offset >= 0 else OFFSET_BEGINNING) for tp in found}
+        return {
+            (tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+            for tp in found
+        }
 
     def _seek(self, topic: str, partition: int, offset: int) -> None:
         from confluent_kafka import TopicPartition  # noqa: PLC0415
@@ -732,8 +768,9 @@ class Processor:
         processed = 0
         context = self._context
         process = self._process
-        tasks = self._tasks
-        running = TaskState.RUNNING
+        # no task changes state until the next consume() (the rebalance callbacks run there)
+        running = {p: task for p, task in self._tasks.items() if task.state is TaskState.RUNNING}
+        current: Task | None = None
         for message in messages:
             error = message.error()
             if error is not None:
@@ -744,23 +781,26 @@ class Processor:
                     raise self._fatal
                 logger.warning("consume: %s", error)
                 continue
-            task = tasks.get(message.partition())
-            if task is None or task.state is not running:
+            task = running.get(message.partition())
+            if task is None:
                 continue  # revoked or lost within this consume() call
             topic = message.topic()
             offset = message.offset()
-            if offset < task.positions.get(topic, 0):
+            positions = task.positions
+            if offset < positions.get(topic, 0):
                 continue  # fetched before a rewind
             if task.skip and (topic, offset) in task.skip:
                 self._skip(task.skip[(topic, offset)])
             else:
-                context._task = task
+                if task is not current:
+                    current = context._task = task
+                    context._stores = task.user_stores
                 try:
                     process(context, message)
                 except Exception as exc:  # noqa: BLE001 - user code: the handler decides
                     self._handle_processing_error(task, message, exc)
                     return processed
-            task.positions[topic] = offset + 1
+            positions[topic] = offset + 1
             processed += 1
         self._processed_since_commit += processed
         self.processed_records += processed

@@ -64,8 +64,9 @@ MOVES: Final[Mapping[TaskState, frozenset[TaskState]]] = {
 class Task:
     """Partition ``p``: its input partitions, stores, positions and committed offsets.
 
-    Invariants: ``stores`` is empty unless the state is ``RUNNING`` or
-    ``SUSPENDED`` (a restoring task's stores are the restorer's); while
+    Invariants: ``stores`` (and ``user_stores``, their user-facing stores) is
+    empty unless the state is ``RUNNING`` or ``SUSPENDED`` (a restoring task's
+    stores are the restorer's); while
     ``RUNNING``, ``positions`` and ``committed`` map every input topic of the
     task to the next offset to process / the last committed one, and the
     stores hold only committed data plus the current buffer.
@@ -76,6 +77,8 @@ class Task:
         self.inputs = inputs
         """The input ``TopicPartition`` s of the task (one per input topic)."""
         self.stores: dict[str, TaskStore[Any, Any]] = {}
+        self.user_stores: dict[str, Any] = {}
+        """The store user code gets for each name (each :attr:`TaskStore.store`)."""
         self.positions: dict[str, int] = {}
         self.committed: dict[str, int] = {}
         self.skip: dict[tuple[str, int], ProcessingErrorContext] = {}
@@ -97,6 +100,7 @@ class Task:
         """RESTORING -> RUNNING with the restored ``stores``, at the ``committed`` offsets."""
         self.move(TaskState.RUNNING)
         self.stores = stores
+        self.user_stores = {name: store.store for name, store in stores.items()}
         self.committed = dict(committed)
         self.positions = dict(committed)
 
@@ -104,5 +108,6 @@ class Task:
         """SUSPENDED -> CLOSED: close every store (its RocksDB lock is released)."""
         self.move(TaskState.CLOSED)
         stores, self.stores = self.stores, {}
+        self.user_stores = {}
         for store in stores.values():
             store.close()
