@@ -562,26 +562,12 @@ class Log:
         if flush_due and not defer_flush:
             started = time.perf_counter()
             self._group.sync_to(last + 1)
+            # positional, in field order: first, last, timestamp, size, segment, flushed, ...
             info = AppendInfo(
-                first_offset=first,
-                last_offset=last,
-                timestamp_ms=stamp,
-                size_bytes=size,
-                segment_base_offset=segment_base,
-                flushed=True,
-                flush_time_s=time.perf_counter() - started,
-                flush_due=True,
+                first, last, stamp, size, segment_base, True, time.perf_counter() - started, True
             )
         else:
-            info = AppendInfo(
-                first_offset=first,
-                last_offset=last,
-                timestamp_ms=stamp,
-                size_bytes=size,
-                segment_base_offset=segment_base,
-                flushed=False,
-                flush_due=flush_due,
-            )
+            info = AppendInfo(first, last, stamp, size, segment_base, False, 0.0, flush_due)
         observer = self._append_observer
         if observer is not None:
             observer(info)

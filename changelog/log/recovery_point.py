@@ -75,7 +75,8 @@ class RecoveryPoint:
     def flushing(self) -> None:
         """A2 starts: a group-commit leader will fsync every record counted so far."""
         self.unflushed_records = 0
-        self._last_flush_ms = self._clock()
+        if self._config.flush_messages > 1:  # with 1, appended() never reads the time
+            self._last_flush_ms = self._clock()
 
     def synced_to(self, offset: int) -> None:
         """A2 done: everything below ``offset`` was fsynced (by a leader, without ``Log.lock``

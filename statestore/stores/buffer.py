@@ -261,9 +261,15 @@ class WriteBuffer(ForwardedSteps, ForwardedIdentity):
         try:
             self._take = take
             records = self._pending.copy()
-            return self.write(records) if records else 0
-        finally:
+            if not records:
+                lock.release()
+                return 0
+            count = self._write(records)
+        except BaseException:
             lock.release()
+            raise
+        lock.release_committed(take)  # what write() records, and the hand-over, in one step
+        return count
 
     # ------------------------------------------------- the Participant protocol
 
@@ -286,6 +292,12 @@ class WriteBuffer(ForwardedSteps, ForwardedIdentity):
 
         On an error, which writes stay buffered is said in the module docstring.
         """
+        count = self._write(records)
+        self.commit_lock.committed(self._take)
+        return count
+
+    def _write(self, records: Records) -> int:
+        """:meth:`write` without recording the take as committed (the caller does)."""
         try:
             count = self._inner.write(records)
         except CommitFailedError as exc:
@@ -296,7 +308,6 @@ class WriteBuffer(ForwardedSteps, ForwardedIdentity):
             self.forget(records)
             raise
         self.forget(records)
-        self.commit_lock.committed(self._take)
         return count
 
     def apply(

@@ -122,6 +122,17 @@ class CommitLock:
         with self._mutex:
             self._committed = max(self._committed, take)
 
+    def release_committed(self, take: int) -> None:
+        """:meth:`committed` then :meth:`release`, in one ``_mutex`` round (a one-partition commit)."""
+        with self._mutex:
+            if not self._held:
+                raise RuntimeError("release of an unlocked CommitLock")
+            self._committed = max(self._committed, take)
+            if self._waiters:
+                self._waiters.popleft().release()
+            else:
+                self._held = False
+
     def release(self) -> None:
         """Hand the lock to the oldest waiter, or unlock it."""
         with self._mutex:
