@@ -188,7 +188,8 @@ def fdatasync_fd(fd: int, path: Path, step: str = "fsync") -> None:
     ``os`` has no ``fdatasync`` (macOS), ``fsync``.
     """
     try:
-        fault_point(step, path)
+        if _fault_hook is not None:
+            _fault_hook(step, path)
         getattr(os, "fdatasync", os.fsync)(fd)
     except OSError as exc:
         raise _storage_error(path, step, exc) from exc

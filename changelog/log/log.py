@@ -454,12 +454,15 @@ class Log:
         syncs its logs together, :func:`~changelog.log.group_commit.sync_logs`),
         or else the next append (or flush) of this log does.
         """
-        self._check_open()
-        stamp = _stamp(self._clock, timestamp_ms, timestamps)
+        if timestamp_ms is None and timestamps is None:  # every store commit: the clock
+            stamp = self._clock()
+        else:
+            stamp = _stamp(self._clock, timestamp_ms, timestamps)
         batch = self._encode(records, stamp, headers, timestamps=timestamps)
         count = len(records)
         with self.lock:
-            self._check_open()
+            if self._failure is not None or self._closed:
+                self._check_open()  # raises, naming why
             placed = self._append_locked(batch, count, stamp)
         return self._finish_append(placed, count, stamp, len(batch), defer_flush=defer_flush)
 
@@ -734,7 +737,8 @@ class Log:
         return self._rp.offset
 
     def _check_sync(self, offset: int) -> None:
-        self._check_open()
+        if self._failure is not None or self._closed:
+            self._check_open()  # raises, naming why
         if offset > self._log_end_offset:
             raise OffsetOutOfRangeError(offset, self._log_start_offset, self._log_end_offset)
 
@@ -747,7 +751,8 @@ class Log:
         failure of the log (another step failed it) claims nothing.
         """
         with self.lock:
-            self._check_open()
+            if self._failure is not None or self._closed:
+                self._check_open()  # raises, naming why
             end = self._log_end_offset
             if self._rp.offset >= end and not force:
                 return
@@ -761,7 +766,8 @@ class Log:
             self._fail_storage(exc)
             raise
         with self.lock:
-            self._check_open()
+            if self._failure is not None or self._closed:
+                self._check_open()  # raises, naming why
             if truncations == self._truncations:
                 self._rp.synced_to(min(end, self._log_end_offset))
 
