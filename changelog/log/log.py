@@ -238,6 +238,8 @@ class Log:
         timestamp bounds), and in ``_roll_appends`` how many appends it still covers: an append
         inside it needs no :meth:`LogSegment.should_roll` (``_append_locked``)."""
         self._roll_appends = 0
+        self._require_keys = config.compact
+        """``config.compact`` (a property of the config) read once: every append asks."""
         self._group = GroupCommit(
             durable_offset=self._durable_offset,
             flush=self._flush_for_group,
@@ -593,7 +595,7 @@ class Log:
             timestamp_ms=stamp,
             headers=headers,
             compression=self._compression,
-            require_keys=self._config.compact,
+            require_keys=self._require_keys,
             producer=producer,
             timestamps=timestamps,
         )
@@ -629,7 +631,10 @@ class Log:
                 and guard[1] <= segment.size_bytes <= guard[2] - size
                 and last <= guard[3]
                 and stamp <= guard[4]
-                and not self._dirty_roll_due(segment, size)
+                and (
+                    segment.size_bytes + size <= self._config.roll_dirty_min_bytes
+                    or not self._dirty_roll_due(segment, size)
+                )
             ):
                 self._roll_appends -= 1  # inside the headroom: should_roll would say False
             else:
