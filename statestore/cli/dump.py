@@ -22,7 +22,10 @@ skipped; one named on its own is dumped under a line saying what it is.  ``.inde
 ``.timeindex`` files ``timestamp: T offset: O`` (absolute offsets), stopping
 at the first all-zero entry after the first, as Kafka does with preallocated
 index space.  Bytes after the last whole batch are reported as
-``Found N invalid bytes at the end of FILE``.
+``Found N invalid bytes at the end of FILE``, unless they are all zeros: those are
+reported as zero bytes, the space a log allocates ahead of its active segment's data
+(``LogConfig.preallocate``; zeros in any other segment are damage, which ``verify`` and the
+loader refuse).
 
 Read-only: files are memory-mapped for reading, no lock is taken, nothing is
 repaired; dumping a partition a service is writing shows a prefix of it.
@@ -341,6 +344,9 @@ def _dump_log(
     deep = options.deep_iteration or options.print_data or options.as_json
     batches, valid_bytes, stop_reason = _walk_log(data, path, deep)
     invalid = len(data) - valid_bytes
+    zeros = 0
+    if invalid and not data[valid_bytes:].strip(b"\0"):
+        zeros, invalid = invalid, 0  # preallocated space (or, in a closed segment, damage)
     if options.as_json:
         return {
             "file": str(path),
@@ -349,7 +355,8 @@ def _dump_log(
             "batches": [_batch_json(batch, options) for batch in batches],
             "valid_bytes": valid_bytes,
             "invalid_bytes": invalid,
-            "error": stop_reason,
+            "zero_bytes": zeros,
+            "error": None if zeros else stop_reason,
         }
     out.write(f"Log starting offset: {base_offset}\n")
     for batch in batches:
@@ -362,6 +369,11 @@ def _dump_log(
             out.write(_record_line(record, batch.header, options) + "\n")
     if invalid:
         out.write(f"Found {invalid} invalid bytes at the end of {path.name}\n")
+    if zeros:
+        out.write(
+            f"Found {zeros} zero bytes after the last batch of {path.name}: space allocated "
+            "ahead of the data if this is the active (last) segment, damage in any other\n"
+        )
     return {}
 
 

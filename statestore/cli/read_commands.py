@@ -74,6 +74,7 @@ def _partition_doc(info: PartitionInfo) -> dict[str, Any]:
         "tombstones": info.tombstones,
         "expired_keys": info.expired_keys,
         "invalid_bytes": info.invalid_bytes,
+        "preallocated_bytes": info.preallocated_bytes,
         "clean_shutdown": info.clean_shutdown,
         "segments": [
             {

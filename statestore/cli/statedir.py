@@ -255,7 +255,8 @@ class PartitionInfo:
     over the non-active segments; ``live_keys`` and ``tombstones`` are the
     keys whose latest record has a value or is a tombstone (``None`` when not
     counted); ``invalid_bytes`` are bytes after the last whole batch of a
-    segment (a torn tail; ``statestore verify`` says more).  ``records`` counts
+    segment (a torn tail; ``statestore verify`` says more), except the zeros the last
+    segment holds ahead of its data (``preallocated_bytes``).  ``records`` counts
     data records only; ``markers`` the transaction markers (COMMIT/ABORT control
     records), which are never records of the store.
     """
@@ -275,6 +276,9 @@ class PartitionInfo:
     expired_keys: int | None = None
     """Of ``live_keys``, those whose value has expired (a store with a TTL; else ``None``)."""
     invalid_bytes: int = 0
+    preallocated_bytes: int = 0
+    """Zeros after the last whole batch of the last segment: the active segment's space
+    allocated ahead of its data (``LogConfig.preallocate``), not damage."""
     clean_shutdown: bool = False
 
     @property
@@ -318,7 +322,8 @@ def scan_partition(
     info.clean_shutdown = (directory / CLEAN_SHUTDOWN_FILE).exists()
     latest: dict[bytes | None, bool] = {}
     stamps: dict[bytes | None, int] = {}
-    for base, path in _log_files(directory):
+    files = _log_files(directory)
+    for number, (base, path) in enumerate(files, start=1):
         with mapped(path) as data:
             position = batches = records = 0
             next_offset = base
@@ -352,8 +357,12 @@ def scan_partition(
                 position += header.size_in_bytes
                 advance(header.size_in_bytes)
             size = len(data)
+            tail = size - position
+            if tail and number == len(files) and not data[position:].strip(b"\0"):
+                info.preallocated_bytes = tail  # the active segment's zeros: not damage
+                tail = 0
         advance(size - position)
-        info.invalid_bytes += size - position
+        info.invalid_bytes += tail
         info.records += records
         info.segments.append(SegmentInfo(base, size, batches, records, next_offset))
     if info.segments:

@@ -197,10 +197,34 @@ def test_dump_reports_trailing_invalid_bytes(
 ) -> None:
     log = state / "counters-changelog-0" / "00000000000000000000.log"
     with log.open("ab") as f:
-        f.write(b"\x00" * 5)
+        f.write(b"\x00\x07\x00\x00\x00")
     result = run_cli(["dump", str(log)], capsys)
     assert result.status == 0
     assert "Found 5 invalid bytes at the end of 00000000000000000000.log" in result.out
+
+
+def test_a_running_logs_preallocated_zeros_are_not_called_invalid(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store in use (or after a crash) has zeros after its active segment's last batch."""
+    with StateManager(state, config=QUIET) as manager:
+        manager.store("counters", key_type=int).put(100, 1000)
+        manager.commit()
+        log = state / "counters-changelog-0" / "00000000000000000000.log"
+        file_bytes = log.stat().st_size
+        inspected = json.loads(run_cli(["inspect", str(state), "--json"], capsys).out)
+        dumped = run_cli(["dump", str(log)], capsys)
+        dumped_json = json.loads(run_cli(["dump", str(log), "--json"], capsys).out)
+    counters = next(s for s in inspected["stores"] if s["name"] == "counters")["partitions"][0]
+    assert counters["invalid_bytes"] == 0
+    assert counters["preallocated_bytes"] > 0
+    assert file_bytes > counters["preallocated_bytes"]
+    assert "invalid bytes" not in dumped.out
+    assert "zero bytes after the last batch of 00000000000000000000.log" in dumped.out
+    log_doc = next(f for f in dumped_json["files"] if f["kind"] == "log")
+    assert log_doc["invalid_bytes"] == 0
+    assert log_doc["zero_bytes"] == counters["preallocated_bytes"]
+    assert log_doc["error"] is None
 
 
 @pytest.mark.parametrize("name", ["missing.log", "recovery-point-offset-checkpoint"])
