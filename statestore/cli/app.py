@@ -285,7 +285,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         holder = f" by {exc.holder}" if exc.holder else ""
         return _fail(
             f"{exc.path.parent} is locked{holder}: a service owns it; stop it first "
-            "(inspect, dump and verify work while it runs)",
+            "(inspect, dump, verify, top and metadata without --apply work while it runs)",
             1,
         )
     except (ChangelogError, StateStoreError) as exc:

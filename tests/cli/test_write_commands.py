@@ -88,7 +88,7 @@ def test_compact_refuses_a_state_dir_a_service_owns(
     assert result.status == 1
     assert result.err == (
         f"statestore: error: {state} is locked by pid {os.getpid()}: a service owns it; stop it "
-        "first (inspect, dump and verify work while it runs)\n"
+        "first (inspect, dump, verify, top and metadata without --apply work while it runs)\n"
     )
 
 
