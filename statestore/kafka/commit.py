@@ -502,6 +502,7 @@ def commit_tasks(
         return max(0.1, deadline - time.monotonic())
 
     changelog_records = 0
+    reporting = 0  # partitions whose last changelog record reports its offset
     try:
         for record in outputs:
             transaction.send(
@@ -567,6 +568,7 @@ def commit_tasks(
                             timestamp=stamp,
                         )
             changelog_records += len(pairs)
+            reporting += 1
         if not eos:
             _check_delivered(producer.flush(left()), errors, eos=False, timeout_s=timeout_s)
         if fault_hook is not None:
@@ -597,7 +599,7 @@ def commit_tasks(
         raise failure from exc
     sent = transaction.sent
     transaction._reset(abort_timeout_s=None)
-    if eos and stores:
+    if eos and len(last_offsets) < reporting:
         # The delivery reports of the committed records, served here if the commit did
         # not serve them already (every record is acknowledged: nothing waits).
         try:
