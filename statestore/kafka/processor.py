@@ -5,13 +5,14 @@ Lifecycle of a task (partition ``p`` of every input topic and of every store):
 * **assign** (librdkafka callback, inside ``consume()``): the input
   partitions are assigned and *paused* at once, and ``p`` is queued for
   restore.  Nothing slow runs in the callback.
-* **restore** (main loop, outside the callback): open RocksDB
-  ``<state_dir>/<store>-<p>/`` for each store, plan (incremental from the
-  stored broker offset; full when the offset is out of range, the topic was
-  recreated or the state is older than ``delete.retention.ms``), replay the
-  changelog partition with the restore consumer, read the committed input
-  offsets, then **resume** the inputs (every task restored by then at once)
-  and seek them to those offsets.
+* **restore** (the restorer's thread, :mod:`statestore.kafka.restorer`, while
+  running tasks keep processing): open RocksDB ``<state_dir>/<store>-<p>/``
+  for each store, plan (incremental from the stored broker offset; full when
+  the offset is out of range, the topic was recreated or the state is older
+  than ``delete.retention.ms``), replay the changelog partitions with one
+  restore consumer; then, on the main loop, read the committed input offsets,
+  **resume** the inputs (every task restored by then at once) and seek them
+  to those offsets.
 * **run**: each input record calls ``process(context, message)`` with the
   task's stores; writes and outputs are buffered.  Every
   ``commit_interval_ms`` (or ``commit_every_records``) one commit covers all
