@@ -152,11 +152,20 @@ def write_fd(fd: int, data: bytes | memoryview, path: Path, step: str = "write")
 
 
 def pwrite_fd(
-    fd: int, data: bytes | bytearray | memoryview, position: int, path: Path, step: str = "write"
+    fd: int,
+    data: bytes | bytearray | memoryview,
+    position: int,
+    path: Path,
+    step: str = "write",
+    *,
+    announce: bool = True,
 ) -> None:
     """Write all of ``data`` at ``position`` (looping on short writes); the fd's offset is
-    not used, so the descriptor must not be ``O_APPEND`` (Linux would append)."""
-    if _fault_hook is None:  # the usual case: one call, no view of the data
+    not used, so the descriptor must not be ``O_APPEND`` (Linux would append).
+
+    ``announce=False``: no fault point (the later writes of one step a caller splits in
+    pieces, whose first write announced it)."""
+    if _fault_hook is None or not announce:  # the usual case: one call, no view of the data
         try:
             written = os.pwrite(fd, data, position)
         except OSError as exc:
@@ -167,7 +176,8 @@ def pwrite_fd(
     view = memoryview(data)
     try:
         try:
-            fault_point(step, path)
+            if announce:
+                fault_point(step, path)
         except ShortWrite:
             os.pwrite(fd, view[: len(view) // 2], position)
             raise

@@ -389,7 +389,14 @@ class LogSegment:
         try:
             for at in range(end, limit, _ZERO_PIECE_BYTES):
                 piece = min(_ZERO_PIECE_BYTES, limit - at)
-                files.pwrite_fd(fd, _zeros(piece), at, self.log_path, "segment.preallocate")
+                files.pwrite_fd(
+                    fd,
+                    _zeros(piece),
+                    at,
+                    self.log_path,
+                    "segment.preallocate",
+                    announce=at == end,  # one step, one fault point: its first piece
+                )
         except LogStorageError as exc:
             if exc.errno not in _NO_ROOM:
                 raise
