@@ -351,8 +351,10 @@ class RestoreSession:
                     replay.partition,
                     replay.position,
                     f"no progress for {self._stall_timeout_s:.0f}s towards end offset"
-                    f" {replay.end_offset} (an open transaction of a dead owner lasts up to"
-                    " transaction.timeout.ms)",
+                    f" {replay.end_offset}: an open transaction holds the partition's last"
+                    " stable offset (a dead owner's is aborted after transaction.timeout.ms;"
+                    " one a broker crash left without its markers hangs until an operator"
+                    " ends it: kafka-transactions.sh find-hanging, then abort)",
                 )
         if finished:
             self.remove([replay.key for replay in finished])
