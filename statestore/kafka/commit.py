@@ -98,8 +98,8 @@ IDLE_STAMP_INTERVAL_MS = 1_000
 unchanged partition per commit."""
 
 STUCK_CALL_GRACE_S = 10.0
-"""How long past its own timeout ``send_offsets_to_transaction`` may block before the commit
-gives up on it (and on its producer)."""
+"""``stuck_grace_s`` when a caller gives none: ``ProcessorConfig.stuck_call_grace_ms``'s
+default."""
 
 FaultHook = Callable[[str], None]
 """Called with a step name for fault injection in tests: ``"produced"`` after step 2 (and,

@@ -178,6 +178,10 @@ class ProcessorConfig:
     """Wait before the commit after a failed one, doubled per failure in a row."""
     commit_retry_backoff_max_ms: int = attrs.field(default=5000, validator=_at_least(0))
     """The most the wait after failed commits grows to."""
+    stuck_call_grace_ms: int = attrs.field(default=10_000, validator=_at_least(0))
+    """How long past its own timeout a commit's ``send_offsets_to_transaction`` may block
+    before the commit gives up on it and on its producer (librdkafka can ignore that
+    timeout while the group coordinator is away); the producer is then replaced."""
     transaction_timeout_ms: int = attrs.field(default=10_000, validator=_at_least(1000))
     """``transaction.timeout.ms``: how long a dead process's open transaction blocks
     ``read_committed`` readers of its partitions (Kafka Streams uses 10 s under EOS)."""

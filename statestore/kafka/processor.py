@@ -924,6 +924,7 @@ class Processor:
                 timeout_s=timeout_s,
                 wall_clock_ms=self._wall_clock_ms,
                 fault_hook=self._fault_hook,
+                stuck_grace_s=self._config.stuck_call_grace_ms / 1000,
             )
         except KafkaClientError as exc:
             self._commit_failed(exc, swallow=swallow)

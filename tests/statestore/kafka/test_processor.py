@@ -27,7 +27,6 @@ from statestore.kafka import (
     TaskState,
     log_and_continue,
 )
-from statestore.kafka import commit as commit_module
 from statestore.serdes import IntSerde, StringSerde
 from tests.statestore.kafka.fake_cluster import FakeCluster, FakeGroupConsumer, TopicPartition
 from tests.statestore.kafka.fakes import kafka_exception
@@ -63,6 +62,7 @@ def _processor(
     *,
     commit_interval_ms: int = 60_000,
     transaction_timeout_ms: int = 120_000,
+    stuck_call_grace_ms: int = 10_000,
     **kwargs: Any,
 ) -> Processor:
     def process(context: ProcessorContext, message: Any) -> None:
@@ -84,6 +84,7 @@ def _processor(
         transaction_timeout_ms=transaction_timeout_ms,
         dead_letter_queue_topic="dlq",
         commit_retry_backoff_ms=0,
+        stuck_call_grace_ms=stuck_call_grace_ms,
     )
     return Processor(
         config,
@@ -241,22 +242,33 @@ def test_a_send_offsets_call_that_never_returns_replaces_the_producer_and_loses_
 ) -> None:
     # librdkafka's send_offsets_to_transaction can ignore its timeout for good while the
     # group coordinator is away; the commit gives up on it, and on its producer.
-    monkeypatch.setattr(commit_module, "STUCK_CALL_GRACE_S", 0.2)
     cluster = _cluster(10)
     release = threading.Event()
     entered = threading.Event()
 
+    entered_at: list[float] = []
+
     def never_returns(*_args: Any, **_kwargs: Any) -> None:
+        entered_at.append(time.monotonic())
         entered.set()
         release.wait(20)  # (returns, late: without the bound the commit just waits)
 
     try:
         with _processor(
-            cluster, tmp_path, commit_interval_ms=1, transaction_timeout_ms=1000
+            cluster,
+            tmp_path,
+            commit_interval_ms=1,
+            transaction_timeout_ms=1000,
+            stuck_call_grace_ms=200,
         ) as processor:
             _until_running(processor)
             cluster.producers[0].send_offsets_to_transaction = never_returns  # type: ignore[method-assign]
             deadline = time.monotonic() + 15
+            while processor.last_commit_error is None:
+                assert time.monotonic() < deadline
+                processor.poll_once(0.01)
+            # given up stuck_call_grace_ms (0.2 s) after the call's own timeout, not 10 s
+            assert time.monotonic() - entered_at[0] < 5
             while cluster.group_offsets != {("in", 0): 5, ("in", 1): 5}:
                 assert time.monotonic() < deadline
                 processor.poll_once(0.01)
