@@ -675,7 +675,61 @@ static PyObject *fill(PyObject *self, PyObject *args)
     return result == NULL ? NULL : Py_NewRef(Py_None);
 }
 
+/* IntSerde in C: (value + 2**63) as 8 big-endian bytes, and back; the same checks and
+ * messages as statestore/serdes.py's Python methods (tests hold them equal). */
+static PyObject *int64_ordered(PyObject *Py_UNUSED(module), PyObject *obj)
+{
+    if (!PyLong_CheckExact(obj) && (PyBool_Check(obj) || !PyLong_Check(obj))) {
+        PyObject *name = PyType_GetName(Py_TYPE(obj)); /* type(obj).__name__ */
+        if (name == NULL) {
+            return NULL;
+        }
+        PyErr_Format(PyExc_TypeError, "expected int, got %U", name);
+        Py_DECREF(name);
+        return NULL;
+    }
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow != 0) {
+        return PyErr_Format(PyExc_ValueError, "%S does not fit in a signed 64-bit integer", obj);
+    }
+    if (value == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    unsigned long long bits = (unsigned long long)value ^ 0x8000000000000000ULL;
+    unsigned char out[8];
+    for (int i = 7; i >= 0; i--) {
+        out[i] = (unsigned char)(bits & 0xff);
+        bits >>= 8;
+    }
+    return PyBytes_FromStringAndSize((const char *)out, 8);
+}
+
+static PyObject *int64_from_ordered(PyObject *Py_UNUSED(module), PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (view.len != 8) {
+        Py_ssize_t len = view.len;
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "expected 8 bytes, got %zd", len);
+    }
+    const unsigned char *in = (const unsigned char *)view.buf;
+    unsigned long long bits = 0;
+    for (int i = 0; i < 8; i++) {
+        bits = (bits << 8) | in[i];
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong((long long)(bits ^ 0x8000000000000000ULL));
+}
+
 static PyMethodDef methods[] = {
+    {"int64_ordered", int64_ordered, METH_O,
+     "int64_ordered(value): IntSerde's 8 ordered bytes of a signed 64-bit int."},
+    {"int64_from_ordered", int64_from_ordered, METH_O,
+     "int64_from_ordered(data): the int of IntSerde's 8 ordered bytes."},
     {"forget", forget, METH_VARARGS,
      "forget(pending, records): drop each committed (key, value) (a dict snapshot or a list) "
      "still buffered as is."},
@@ -689,7 +743,7 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_put",
     .m_doc = "The store layer's compiled hot paths: the buffer's and the typed put and get, forget, "
-             "the WriteBatch fill.",
+             "the WriteBatch fill, IntSerde's encoding.",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -66,7 +66,7 @@ from statestore.errors import (
     StoreEngineError,
     UnsupportedStoreOperationError,
 )
-from statestore.serdes import BytesSerde, MsgpackSerde, Serde, StringSerde
+from statestore.serdes import BytesSerde, IntSerde, MsgpackSerde, Serde, StringSerde
 from statestore.stores.bytes_store import BytesStore, prefix_upper_bound
 from statestore.stores.lifecycle import StoreState, move
 from statestore.stores.reader import StoreReader
@@ -114,17 +114,30 @@ def compiled_put_available() -> bool:
     return _PUTTER is not None
 
 
+_INT64_ORDERED: Final[Callable[[Any], bytes] | None] = compiled(
+    "statestore.stores._put", "int64_ordered"
+)
+""":class:`IntSerde`'s ``serialize`` in C (``_put.c``: the same bytes, checks and messages)."""
+_INT64_FROM_ORDERED: Final[Callable[[bytes], int] | None] = compiled(
+    "statestore.stores._put", "int64_from_ordered"
+)
+""":class:`IntSerde`'s ``deserialize`` in C."""
+
+
 def _fast_serialize(serde: Serde[Any]) -> Callable[[Any], bytes]:
     """The serde's ``serialize``, or an equivalent builtin for the built-in serdes.
 
     ``str.encode`` rejects a non-``str`` with ``TypeError`` just as
-    :class:`StringSerde` does, and :class:`MsgpackSerde` is its packer's
-    ``pack``: each saves a Python call per record.
+    :class:`StringSerde` does, :class:`MsgpackSerde` is its packer's
+    ``pack``, and :class:`IntSerde` the compiled ``int64_ordered``: each saves a
+    Python call per record.
     """
     if type(serde) is StringSerde:
         return str.encode
     if type(serde) is MsgpackSerde:
         return serde.pack
+    if type(serde) is IntSerde and _INT64_ORDERED is not None:
+        return _INT64_ORDERED
     return serde.serialize
 
 
@@ -143,6 +156,8 @@ def _fast_deserialize(serde: Serde[Any]) -> Callable[[bytes], Any]:
         return serde.unpack
     if type(serde) is StringSerde:
         return bytes.decode
+    if type(serde) is IntSerde and _INT64_FROM_ORDERED is not None:
+        return _INT64_FROM_ORDERED
     return serde.deserialize
 
 

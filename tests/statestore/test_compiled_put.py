@@ -9,16 +9,19 @@ Hypothesis state machines) run through it too; these pin the edges.
 from __future__ import annotations
 
 import gc
+import re
 import weakref
 from typing import Any
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from changelog import native
 from changelog.config import LogConfig
 from statestore.errors import InvalidStateStoreError, RecordTooLargeForLogError, SerializationError
-from statestore.serdes import BytesSerde, MsgpackSerde, StringSerde
+from statestore.serdes import BytesSerde, IntSerde, MsgpackSerde, StringSerde
 from statestore.stores import typed
 from statestore.stores.typed import KeyValueStore
 from tests.statestore.conftest import OpenManager
@@ -514,3 +517,49 @@ def test_no_reference_to_rocksdb_outlives_the_store(open_manager: OpenManager) -
     again = open_manager().store("kv")
     assert again.get("k") == 1
     assert store._inner is not None  # the old store object is still alive here
+
+
+# --------------------------------------------------------------------------- IntSerde in C
+
+_INT_ORDERED = typed._INT64_ORDERED
+_INT_FROM_ORDERED = typed._INT64_FROM_ORDERED
+
+
+@pytest.mark.compiled
+def test_an_int_store_is_granted_the_compiled_int_serde(open_manager: OpenManager) -> None:
+    store = open_manager().store("ints", key_type=int, value_serde=IntSerde())
+    assert store._ser_key is _INT_ORDERED is not None
+    assert store._de_value is _INT_FROM_ORDERED is not None
+    store.put(-5, 7)
+    store.commit()
+    assert store.get(-5) == 7
+    assert [k for k, _ in store.items()] == [-5]
+
+
+@pytest.mark.compiled
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_the_compiled_int_serde_writes_and_reads_the_same_bytes(value: int) -> None:
+    assert _INT_ORDERED is not None and _INT_FROM_ORDERED is not None
+    data = IntSerde().serialize(value)
+    assert _INT_ORDERED(value) == data
+    assert _INT_FROM_ORDERED(data) == value == IntSerde().deserialize(data)
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("bad", [True, 1.5, "7", None, 2**63, -(2**63) - 1, 10**30], ids=repr)
+def test_the_compiled_int_serde_refuses_what_the_python_one_refuses(bad: Any) -> None:
+    assert _INT_ORDERED is not None
+    with pytest.raises((TypeError, ValueError)) as python:
+        IntSerde().serialize(bad)
+    with pytest.raises(python.type, match=f"^{re.escape(str(python.value))}$"):
+        _INT_ORDERED(bad)
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("data", [b"", b"1234567", b"123456789"])
+def test_the_compiled_int_serde_refuses_other_lengths(data: bytes) -> None:
+    assert _INT_FROM_ORDERED is not None
+    with pytest.raises(ValueError, match=f"^expected 8 bytes, got {len(data)}$"):
+        IntSerde().deserialize(data)
+    with pytest.raises(ValueError, match=f"^expected 8 bytes, got {len(data)}$"):
+        _INT_FROM_ORDERED(data)
