@@ -207,7 +207,8 @@ class TimeApp:
             assert seqnum == 0
             if value is not None:
                 windows[(user.decode(), start)] = (LongSerde().deserialize(value), stamp)
-        assert windows == self.expected_windows()
+        expected = self.expected_windows()
+        assert windows == expected, _differences(windows, expected)
         sessions = {}
         for key, _stamp, value in self.last_per_key("sessions"):
             user, start, end = split_session_key(key)
@@ -404,3 +405,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _differences(found: dict[Any, Any], expected: dict[Any, Any], most: int = 10) -> str:
+    """What an assertion of two dicts' equality prints: the keys that differ, the first few."""
+    keys = sorted(
+        (k for k in found.keys() | expected.keys() if found.get(k) != expected.get(k)), key=repr
+    )
+    shown = ", ".join(
+        f"{k!r}: found {found.get(k)!r}, expected {expected.get(k)!r}" for k in keys[:most]
+    )
+    return f"{len(keys)} of {len(expected)} expected entries differ: {shown}"
