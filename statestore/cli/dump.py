@@ -63,7 +63,7 @@ from changelog.segment.time_index import TimeIndex
 from statestore.cli.errors import UsageError
 from statestore.cli.output import decode_for_display, jsonable
 from statestore.cli.progress import Progress
-from statestore.cli.statedir import find_partitions, mapped
+from statestore.cli.statedir import find_partitions, mapped, zero_tail
 
 __all__ = [
     "DumpOptions",
@@ -345,7 +345,7 @@ def _dump_log(
     batches, valid_bytes, stop_reason = _walk_log(data, path, deep)
     invalid = len(data) - valid_bytes
     zeros = 0
-    if invalid and not data[valid_bytes:].strip(b"\0"):
+    if invalid and zero_tail(data, valid_bytes):
         zeros, invalid = invalid, 0  # preallocated space (or, in a closed segment, damage)
     if options.as_json:
         return {

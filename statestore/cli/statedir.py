@@ -293,6 +293,11 @@ class PartitionInfo:
         return self.dirty_bytes / total if total else 0.0
 
 
+def zero_tail(data: bytes | mmap.mmap, position: int) -> bool:
+    """Whether ``data`` holds only zeros from ``position`` on (a log's preallocated space)."""
+    return data[position:].count(0) == len(data) - position
+
+
 def _log_files(directory: Path) -> list[tuple[int, Path]]:
     found = []
     for child in directory.iterdir():
@@ -358,7 +363,7 @@ def scan_partition(
                 advance(header.size_in_bytes)
             size = len(data)
             tail = size - position
-            if tail and number == len(files) and not data[position:].strip(b"\0"):
+            if tail and number == len(files) and zero_tail(data, position):
                 info.preallocated_bytes = tail  # the active segment's zeros: not damage
                 tail = 0
         advance(size - position)
