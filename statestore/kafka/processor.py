@@ -508,7 +508,15 @@ class Processor:
         if exc_type is None:
             self.close()
         else:
+            self._abandon_keeping_the_cause()
+
+    def _abandon_keeping_the_cause(self) -> None:
+        """:meth:`abandon` while an exception is leaving: a failure of the close itself is
+        logged, so the exception that ended the work is the one the caller sees."""
+        try:
             self.abandon()
+        except Exception:
+            logger.exception("closing after an error failed too (the first error is raised)")
 
     # -- rebalance callbacks (inside consume()) ------------------------------------------
 
@@ -566,7 +574,9 @@ class Processor:
         if self._on_rebalance is not None and event.partitions:
             self._on_rebalance(event)
 
-    def _close_tasks(self, partitions: Sequence[int], *, caught_up: bool) -> None:
+    def _close_tasks(
+        self, partitions: Sequence[int], *, caught_up: bool, closing: bool = False
+    ) -> None:
         """Suspend and close the tasks of ``partitions``; ``caught_up``: stamp the applied time.
 
         A restoring task is taken back from the restorer first (its engines
@@ -575,6 +585,11 @@ class Processor:
         writer since its restore), so the state is current *now*: stamping it
         keeps a quick restart from being taken for stale.  A lost partition
         may have had another writer: no stamp.
+
+        ``closing`` (the processor's close): a restorer that does not give a
+        task back in time (a restore listener callback holding its thread) or
+        that crashed is logged, not raised, so that every other task and
+        client is still closed.
         """
         now_ms = self._wall_clock_ms()
         cancelled = False
@@ -585,8 +600,13 @@ class Processor:
             was = task.state
             task.move(TaskState.SUSPENDED)
             if was is TaskState.RESTORING and self._restorer is not None:
-                self._restorer.remove(p)
                 cancelled = True
+                try:
+                    self._restorer.remove(p)
+                except KafkaClientError as exc:
+                    if not closing:
+                        raise
+                    logger.warning("closing restoring task %s: %s", p, exc)
             if was is TaskState.RUNNING and caught_up:
                 for name, store in task.stores.items():
                     store.drop_pending()
@@ -594,7 +614,12 @@ class Processor:
                         store.applied_offset, applied_meta(self._topics[name].topic_id, now_ms)
                     )
             task.close()
-        if cancelled:
+        if cancelled and closing:
+            assert self._restorer is not None
+            for result in self._restorer.take_quietly():  # every task is closed: close them all
+                for engine in result.engines.values():
+                    engine.close(flush=False)
+        elif cancelled:
             self._take_restored()  # a result that was already on its way: closed there
 
     # -- restore -------------------------------------------------------------------------
@@ -860,7 +885,7 @@ class Processor:
             while not stop():
                 self.poll_once()
         except BaseException:
-            self.abandon()
+            self._abandon_keeping_the_cause()
             raise
         self.close()
 
@@ -1228,7 +1253,9 @@ class Processor:
                     finally:
                         self._consumer = None
         finally:
-            self._close_tasks(list(self._tasks), caught_up=commit and self._may_commit)
+            self._close_tasks(
+                list(self._tasks), caught_up=commit and self._may_commit, closing=True
+            )
             if self._standby is not None:
                 self._standby.close()
                 self._standby = None

@@ -30,7 +30,11 @@ when it returns; a result already on the done queue is the taker's to close.
 
 Thread-safety: :meth:`add`, :meth:`remove`, :meth:`take` and :meth:`close` are
 for the processor's thread; the queues are the only state both threads touch.
-The ``StateRestoreListener`` is called on the restorer thread.
+The ``StateRestoreListener`` is called on the restorer thread, the one thread
+that replays every task: while a callback runs, no task's restore moves (nor
+does a task that was added meanwhile start), and :meth:`remove` and
+:meth:`close` wait for it (up to their timeouts).  A callback must return
+quickly, as in Kafka Streams.
 """
 
 from __future__ import annotations
@@ -71,6 +75,9 @@ _RETRY_BACKOFF_S = 0.5
 
 _OPEN_THREADS = 4
 """Store partitions opened at once (RocksDB's open waits on file syncs, so a few overlap)."""
+
+_REMOVE_CHECK_S = 0.1
+"""How often :meth:`Restorer.remove` checks, while it waits, that the restorer thread lives."""
 
 
 @attrs.frozen(kw_only=True)
@@ -181,17 +188,29 @@ class Restorer:
         self._commands.put(("add", partition, None))
 
     def remove(self, partition: int, timeout_s: float = 60) -> None:
-        """Stop restoring ``partition`` and close its engines; returns once they are closed."""
+        """Stop restoring ``partition`` and close its engines; returns once they are closed.
+
+        The restorer serves the command between two steps of its replay, so
+        this waits while a ``StateRestoreListener`` callback runs (up to
+        ``timeout_s``).  A restorer thread that dies meanwhile ends the wait:
+        its engines are closed by :meth:`close`, its error raised by
+        :meth:`take`.
+        """
         if not self._thread.is_alive():
             return
         done = threading.Event()
         self._commands.put(("remove", partition, done))
-        if not done.wait(timeout_s):
-            raise KafkaClientError(
-                "remove a restoring task",
-                "_TIMED_OUT",
-                f"the restorer did not answer in {timeout_s}s",
-            )
+        deadline = time.monotonic() + timeout_s
+        while not done.wait(min(_REMOVE_CHECK_S, max(0.0, deadline - time.monotonic()))):
+            if not self._thread.is_alive():
+                return
+            if time.monotonic() >= deadline:
+                raise KafkaClientError(
+                    "remove a restoring task",
+                    "_TIMED_OUT",
+                    f"the restorer did not answer in {timeout_s}s (busy in one step: a restore"
+                    " listener callback that does not return holds it)",
+                )
 
     def progress(self) -> tuple[int, int]:
         """``(records restored since the start, records left to restore now)`` (any thread).

@@ -27,6 +27,7 @@ from statestore.kafka import (
     TaskState,
     log_and_continue,
 )
+from statestore.kafka.restorer import Restorer
 from statestore.serdes import IntSerde, StringSerde
 from tests.statestore.kafka.fake_cluster import FakeCluster, FakeGroupConsumer, TopicPartition
 from tests.statestore.kafka.fakes import kafka_exception
@@ -391,3 +392,63 @@ def test_a_rewind_inside_consume_drops_the_batch_it_returns(
     kept = [seq for seq in _outputs(cluster) if seq % PARTITIONS == 0]
     assert kept == list(range(0, 20, PARTITIONS)), "every input of the kept partition sent once"
     assert cluster.group_offsets[("in", 0)] == 10
+
+
+class _FailingRestoreListener:
+    """A StateRestoreListener whose ``on_restore_start`` of partition 1, on the restorer thread,
+    says it entered, waits for ``fail`` and raises (the restorer thread dies of it)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.fail = threading.Event()
+
+    def on_restore_start(self, store: str, partition: int, start: int, end: int) -> None:
+        if partition == 1:
+            self.entered.set()
+            assert self.fail.wait(60), "the test never let the listener fail"
+            raise RuntimeError("the restore listener failed")
+
+    def on_batch_restored(self, store: str, partition: int, last: int, count: int) -> None:
+        pass
+
+    def on_restore_end(self, store: str, partition: int, total: int) -> None:
+        pass
+
+
+def test_the_error_that_ends_a_with_block_is_raised_whatever_the_restorer_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The with block fails while a restore listener callback holds the restorer thread; the
+    # close takes the restoring task back (Restorer.remove), and just then the callback kills
+    # the restorer thread.  The close must stop waiting when the thread dies (not after its
+    # 60 s), close everything, and leave the with block's error, not the restorer's, to the
+    # caller.
+    cluster = _cluster(0)
+    listener = _FailingRestoreListener()
+    remove = Restorer.remove
+
+    def remove_as_the_listener_fails(self: Restorer, partition: int, timeout_s: float = 60) -> None:
+        listener.fail.set()
+        remove(self, partition, timeout_s)
+
+    monkeypatch.setattr(Restorer, "remove", remove_as_the_listener_fails)
+    processor = _processor(cluster, tmp_path, restore_listener=listener)
+    started: list[float] = []
+
+    def fail_while_restoring() -> None:
+        with processor:
+            deadline = time.monotonic() + 30
+            while not listener.entered.is_set():
+                assert time.monotonic() < deadline, processor.tasks
+                processor.poll_once(0.01)
+            assert processor.tasks[1] is TaskState.RESTORING
+            started.append(time.monotonic())
+            raise BadRecordError("the with block failed")
+
+    with pytest.raises(BadRecordError, match=r"^the with block failed$"):
+        fail_while_restoring()
+    assert time.monotonic() - started[0] < 30, "the close waited for a dead restorer thread"
+    assert processor.tasks == {}
+    # every engine was closed: a new processor opens the same state directory
+    with _processor(cluster, tmp_path) as again:
+        _until_running(again)
