@@ -1,4 +1,12 @@
-"""The restorer thread on a real broker: running tasks keep processing while another restores."""
+"""The restorer thread on a real broker: running tasks keep processing while another restores.
+
+The slow task's restore is held by an open transaction on its changelog
+partition: the partition's last stable offset stays below the end offset the
+restore waits for until the test commits it.  Nothing blocks the restorer
+thread meanwhile (a restore listener that blocked would hold every task's
+restore, whatever order their stores opened in), so the other tasks restore and
+run however the restorer's steps interleave.
+"""
 
 from __future__ import annotations
 
@@ -28,22 +36,21 @@ from statestore.serdes import IntSerde, StringSerde
 from tests.kafka.cluster.oracle import PARTITIONS, App
 
 SLOW = 3  # the partition whose restore is held
+COMMITTED = 100  # records committed to SLOW's changelog partition before the open transaction
 
 
-class _HoldPartition:
-    """A StateRestoreListener that blocks the restorer in the first WriteBatch of ``SLOW``."""
+class _Replayed:
+    """A StateRestoreListener that says when SLOW's restore has replayed every committed record."""
 
     def __init__(self) -> None:
-        self.holding = threading.Event()
-        self.release = threading.Event()
+        self.replayed = threading.Event()
 
     def on_restore_start(self, store: str, partition: int, start: int, end: int) -> None:
         pass
 
     def on_batch_restored(self, store: str, partition: int, last: int, count: int) -> None:
-        if partition == SLOW and not self.release.is_set():
-            self.holding.set()
-            assert self.release.wait(120), "the test never released the restore"
+        if partition == SLOW and last >= COMMITTED - 1:
+            self.replayed.set()
 
     def on_restore_end(self, store: str, partition: int, total: int) -> None:
         pass
@@ -55,18 +62,29 @@ def app(cluster: KafkaBroker) -> App:
 
 
 def test_running_tasks_process_while_another_restores(app: App, tmp_path: Path) -> None:
-    # the changelog partition SLOW holds records: its restore will be held in its first batch
+    # SLOW's changelog partition: committed records, then a transaction left open
     topic = changelog_topic_name(app.name, "sums")
     admin = AdminClient({"bootstrap.servers": app.bootstrap})
     ensure_changelog_topic(admin, topic, partitions=PARTITIONS, config=ChangelogTopicConfig())
     producer = Producer({"bootstrap.servers": app.bootstrap})
-    for i in range(100):
+    for i in range(COMMITTED):
         producer.produce(
             topic, key=f"old-{i}".encode(), value=IntSerde().serialize(i), partition=SLOW
         )
     assert producer.flush(30) == 0
+    holder = Producer(
+        {
+            "bootstrap.servers": app.bootstrap,
+            "transactional.id": f"{app.name}-holder",
+            "transaction.timeout.ms": "300000",  # longer than the test: only the test ends it
+        }
+    )
+    holder.init_transactions(30)
+    holder.begin_transaction()
+    holder.produce(topic, key=b"held", value=IntSerde().serialize(7), partition=SLOW)
+    assert holder.flush(30) == 0  # in the log, below the high watermark the restore waits for
 
-    listener = _HoldPartition()
+    listener = _Replayed()
     commits: list[tuple[CommitResult, dict[int, TaskState]]] = []
     processor: Processor
 
@@ -77,7 +95,7 @@ def test_running_tasks_process_while_another_restores(app: App, tmp_path: Path) 
         context.send(app.output, message.key(), b"x")
 
     processor = Processor(
-        app.config(restore_batch_bytes=64),
+        app.config(restore_batch_bytes=1),  # a WriteBatch per record: none waits for the end
         tmp_path,
         [KafkaStoreSpec(name="sums", key_serde=StringSerde(), value_serde=IntSerde())],
         process,
@@ -90,7 +108,7 @@ def test_running_tasks_process_while_another_restores(app: App, tmp_path: Path) 
     fast = Producer({"bootstrap.servers": app.bootstrap, "partitioner": "murmur2_random"})
     with processor:
         deadline = time.monotonic() + 90
-        while not listener.holding.is_set() or len(processor.assignment) < PARTITIONS - 1:
+        while not listener.replayed.is_set() or len(processor.assignment) < PARTITIONS - 1:
             assert time.monotonic() < deadline, processor.tasks
             processor.poll_once(0.1)
         for key in keys:
@@ -102,10 +120,11 @@ def test_running_tasks_process_while_another_restores(app: App, tmp_path: Path) 
         # every output was committed while the slow task was still restoring
         assert all(states[SLOW] is TaskState.RESTORING for _result, states in commits)
         assert processor.tasks[SLOW] is TaskState.RESTORING
-        listener.release.set()
+        holder.commit_transaction(30)
         while processor.tasks[SLOW] is not TaskState.RUNNING:
             assert time.monotonic() < deadline, "the slow task never ran"
             processor.poll_once(0.1)
         restored = processor.stores("sums")[SLOW]
-        assert restored.get("old-99") == 99
+        assert restored.get(f"old-{COMMITTED - 1}") == COMMITTED - 1
+        assert restored.get("held") == 7
     assert sorted(m.key().decode() for m in app.read(app.output)) == sorted(keys), "each once"
