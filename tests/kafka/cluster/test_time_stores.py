@@ -9,6 +9,7 @@ processor restoring from the topics alone against the same model.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from kafka_harness.broker import KafkaBroker
 from statestore.kafka import ChangelogTopicMismatchError, changelog_topic_name
+from statestore.partitioner import partition_for
 from tests.kafka.cluster.conftest import Worker
 from tests.kafka.cluster.oracle import run_until
 from tests.kafka.cluster.time_app import HISTORY_MS, PARTITIONS, RETENTION_MS, TimeApp
@@ -25,6 +27,7 @@ from tests.kafka.cluster.time_app import HISTORY_MS, PARTITIONS, RETENTION_MS, T
 pytestmark = pytest.mark.timeout(300)
 
 DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
 
 
 def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
@@ -106,6 +109,19 @@ def test_an_existing_topic_that_does_not_fit_the_store_type_is_refused(
     assert changelogs <= {topic}  # no other changelog topic was created
 
 
+def test_a_record_the_broker_refuses_fails_the_feed(cluster: KafkaBroker) -> None:
+    # Event times more than message.timestamp.after.max.ms (an hour by default) ahead of the
+    # broker's clock are refused: the feed says so instead of modelling records never written.
+    app = TimeApp(
+        cluster.bootstrap_servers,
+        "time-refused-feed",
+        base_ms=int(time.time() * 1000) + 2 * HOUR_MS,
+    )
+    with pytest.raises(AssertionError, match="3 of 3 records refused") as refused:
+        app.feed(3)
+    assert "seq 0 " in str(refused.value), str(refused.value)
+
+
 @pytest.fixture
 def start_worker(tmp_path: Path, cluster: KafkaBroker) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
@@ -141,11 +157,30 @@ def test_kill_9_mid_transaction_with_stores_in_time_is_exactly_once(
     app = TimeApp(cluster.bootstrap_servers, "time-kill9")
     victim = start_worker("w1", app.name, "--hang-in-txn-after", "2")
     survivor = start_worker("w2", app.name)
-    for worker in (victim, survivor):
-        worker.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2)
-    while not any(e["event"] == "in-transaction" for e in victim.all_events()):
+    mine = set(
+        victim.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2)[
+            "partitions"
+        ]
+    )
+    survivor.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 2)
+    # 40 records at a time, each time until the victim commits again or hangs (a few rounds:
+    # the records, one event-time second apart, stay far below the hour ahead of the broker's
+    # clock past which it refuses them)
+    commits = 0
+    while True:
+        fed = len(app.fed)
         app.feed(40)
-        victim.wait_for(lambda e: e["event"] in ("commit", "in-transaction"), timeout_s=60)
+        if all(partition_for(u.encode(), PARTITIONS) not in mine for _s, u, _t in app.fed[fed:]):
+            continue  # nothing for the victim: it has nothing to commit
+        event = victim.wait_for(
+            lambda e, after=commits: (
+                e["event"] == "in-transaction" or (e["event"] == "commit" and e["commits"] > after)
+            ),
+            timeout_s=60,
+        )
+        if event["event"] == "in-transaction":
+            break
+        commits = event["commits"]
     victim.kill()  # its open transaction holds window, session and versioned records
     app.feed(500)
     survivor.wait_for(lambda e: e["event"] == "assignment" and len(e["partitions"]) == 4, 90)

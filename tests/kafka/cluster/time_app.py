@@ -131,7 +131,22 @@ class TimeApp:
 
     def feed(self, count: int) -> None:
         """Produce ``count`` more records (seq, user, event time; the event time is also the
-        record's timestamp)."""
+        record's timestamp), every one acknowledged by the broker.
+
+        Event times run ``STEP_MS`` apart from ``base_ms``: a broker refuses a
+        record whose timestamp is more than ``message.timestamp.after.max.ms``
+        (an hour by default since Kafka 4.0) ahead of its clock, so about 3,600
+        records fed within a few minutes of ``base_ms`` reach that limit; a
+        refused record fails here, naming the broker's error, rather than
+        leaving the model with a record the inputs never had.
+        """
+        refused: list[str] = []
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is not None:
+                seq = msgpack.unpackb(message.value())["seq"]
+                refused.append(f"seq {seq} (timestamp {message.timestamp()[1]}): {error.str()}")
+
         producer = Producer({"bootstrap.servers": self.bootstrap, "partitioner": "murmur2_random"})
         for _ in range(count):
             seq = len(self.fed)
@@ -143,8 +158,13 @@ class TimeApp:
                 key=user.encode(),
                 value=msgpack.packb({"seq": seq, "ts": ts}),
                 timestamp=ts,
+                on_delivery=delivered,
             )
         assert producer.flush(30) == 0
+        assert not refused, (
+            f"{len(refused)} of {count} records refused at {int(time.time() * 1000)}: "
+            f"{', '.join(refused[:3])}"
+        )
 
     # -- the model -----------------------------------------------------------------------
 
@@ -207,26 +227,25 @@ class TimeApp:
             assert seqnum == 0
             if value is not None:
                 windows[(user.decode(), start)] = (LongSerde().deserialize(value), stamp)
-        expected = self.expected_windows()
-        assert windows == expected, _differences(windows, expected)
+        _assert_equal("counts changelog", windows, self.expected_windows())
         sessions = {}
         for key, _stamp, value in self.last_per_key("sessions"):
             user, start, end = split_session_key(key)
             if value is not None:
                 sessions[(user.decode(), start, end)] = LongSerde().deserialize(value)
-        assert sessions == self.expected_sessions()
+        _assert_equal("sessions changelog", sessions, self.expected_sessions())
         latest = {
             key.decode(): (IntSerde().deserialize(value), stamp)
             for key, stamp, value in self.last_per_key("latest")
             if value is not None
         }
-        assert latest == self.expected_latest()
+        _assert_equal("latest changelog", latest, self.expected_latest())
         seen = {
             key.decode(): (IntSerde().deserialize(value), stamp)
             for key, stamp, value in self.last_per_key("seen")
             if value is not None
         }
-        assert seen == self.expected_latest()
+        _assert_equal("seen changelog", seen, self.expected_latest())
 
     def check_stores(self, processor: Processor) -> None:
         """The running processor's stores (every partition) hold the expected state."""
@@ -235,13 +254,13 @@ class TimeApp:
             for windowed, value in store.all():
                 stamped = store.fetch_window_with_timestamp(windowed.key, windowed.start_ms)
                 windows[(windowed.key, windowed.start_ms)] = (value, stamped.timestamp_ms)
-        assert windows == self.expected_windows()
+        _assert_equal("counts store", windows, self.expected_windows())
         sessions = {
             (session.key, session.start_ms, session.end_ms): value
             for store in processor.stores("sessions").values()
             for session, value in store.all()
         }
-        assert sessions == self.expected_sessions()
+        _assert_equal("sessions store", sessions, self.expected_sessions())
         latest: dict[str, tuple[int, int]] = {}
         seen: dict[str, tuple[int, int]] = {}
         for user, (_seq, _ts) in self.expected_latest().items():
@@ -253,8 +272,8 @@ class TimeApp:
                 stamped = store.get_with_timestamp(user)
                 if stamped is not None:
                     seen[user] = (stamped.value, stamped.timestamp_ms)
-        assert latest == self.expected_latest()
-        assert seen == self.expected_latest()
+        _assert_equal("latest store", latest, self.expected_latest())
+        _assert_equal("seen store", seen, self.expected_latest())
 
     def committed_end(self) -> bool:
         """The group's committed offsets reach the end of every input partition."""
@@ -407,12 +426,20 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def _differences(found: dict[Any, Any], expected: dict[Any, Any], most: int = 10) -> str:
-    """What an assertion of two dicts' equality prints: the keys that differ, the first few."""
+def _assert_equal(
+    what: str, found: dict[Any, Any], expected: dict[Any, Any], most: int = 10
+) -> None:
+    """Assert two dicts equal; else name ``what`` and the keys that differ, the first few (this
+    module is not a test module: pytest does not rewrite its asserts to show a diff)."""
+    if found == expected:
+        return
     keys = sorted(
         (k for k in found.keys() | expected.keys() if found.get(k) != expected.get(k)), key=repr
     )
     shown = ", ".join(
         f"{k!r}: found {found.get(k)!r}, expected {expected.get(k)!r}" for k in keys[:most]
     )
-    return f"{len(keys)} of {len(expected)} expected entries differ: {shown}"
+    raise AssertionError(
+        f"{what}: {len(keys)} of {len(expected)} expected entries differ (found {len(found)}): "
+        f"{shown}"
+    )
