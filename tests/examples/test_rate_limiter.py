@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from examples.rate_limiter.__main__ import main as rate_limiter_main
 from examples.rate_limiter.limiter import (
     BUCKET_MS,
     LIMIT,
@@ -44,3 +47,19 @@ def test_survives_kill_9(crash_harness: CrashHarness) -> None:
             limiter = RateLimiter(manager, limit=LIMIT, window_ms=WINDOW_MS, bucket_ms=BUCKET_MS)
             assert position in (run.last_ack, run.last_ack + 1)  # nothing acknowledged lost
             assert _counts(limiter) == expected_counts(position)  # decisions match the inputs
+
+
+def test_the_command_line_helps_and_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        rate_limiter_main(["--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m examples.rate_limiter")
+    assert list(tmp_path.iterdir()) == []  # --help is not a state directory
+    rate_limiter_main([str(tmp_path / "state")])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 40
+    assert all(line.endswith(("allowed", "limited")) for line in lines)
+    assert [p.name for p in tmp_path.iterdir()] == ["state"]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from examples.session_analytics.__main__ import main as session_analytics_main
 from examples.session_analytics.consumer import (
     consume,
     expected_sessions,
@@ -42,3 +45,19 @@ def test_survives_kill_9(crash_harness: CrashHarness) -> None:
             store = open_sessions(manager)
             assert position in (run.last_ack, run.last_ack + 1)  # nothing acknowledged lost
             assert _sessions(store) == expected_sessions(position)  # no half-merged session
+
+
+def test_the_command_line_helps_and_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        session_analytics_main(["--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m examples.session_analytics")
+    assert list(tmp_path.iterdir()) == []  # --help is not a state directory
+    session_analytics_main([str(tmp_path / "state")])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(expected_sessions(59))
+    assert all(" views over " in line for line in lines)
+    assert [p.name for p in tmp_path.iterdir()] == ["state"]
