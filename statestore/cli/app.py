@@ -26,7 +26,15 @@ PROG = "statestore"
 Command = Callable[[argparse.Namespace, TextIO], int]
 
 
-def _add_formats(parser: argparse.ArgumentParser, *, key_default: str = "str") -> None:
+# What ``--value-format auto`` tries first: a segment's bytes are shown as Kafka shows them (text
+# first), a store's values as its default serde reads them (msgpack first).
+AUTO_DUMP = "auto = UTF-8 text, else msgpack, else hex"
+AUTO_STORE = "auto = msgpack, else UTF-8 text, else hex"
+
+
+def _add_formats(
+    parser: argparse.ArgumentParser, *, key_default: str = "str", auto: str = AUTO_STORE
+) -> None:
     parser.add_argument(
         "--key-format",
         choices=VALUE_FORMATS,
@@ -37,7 +45,7 @@ def _add_formats(parser: argparse.ArgumentParser, *, key_default: str = "str") -
         "--value-format",
         choices=VALUE_FORMATS,
         default="auto",
-        help="how values are shown (default: auto = msgpack, else UTF-8 text, else hex)",
+        help=f"how values are shown (default: {auto})",
     )
 
 
@@ -132,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dump.add_argument("--print-data", action="store_true", help=argparse.SUPPRESS)  # the default
     dump.add_argument("--deep-iteration", action="store_true", help=argparse.SUPPRESS)
-    _add_formats(dump)
+    _add_formats(dump, auto=AUTO_DUMP)
     dump.add_argument("--json", action="store_true", help="machine-readable output")
     dump.set_defaults(func=read_commands.cmd_dump)
 

@@ -142,3 +142,20 @@ def test_inspect_counts_the_records_of_a_compressed_store(
     assert (partition["records"], partition["live_keys"], partition["tombstones"]) == (121, 39, 1)
     verify = run_cli(["verify", str(state)], capsys)
     assert verify.status == 0, verify.out + verify.err
+
+
+def test_each_command_s_help_says_what_auto_tries_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # b"z" is both UTF-8 text and a msgpack integer: dump shows text (as Kafka does), get and
+    # scan show what a store's default serde reads.  The help of each says which.
+    partition = tmp_path / "t-0"
+    write_mixed(partition)
+    dumped = run_cli(["dump", str(partition / "00000000000000000000.log")], capsys).out
+    assert "key: z payload: z" in dumped
+    assert decode_for_display(b"z", "auto") == 122
+    commands = {"dump": "UTF-8 text, else msgpack", "get": "msgpack, else UTF-8 text"}
+    commands["scan"] = commands["get"]
+    for name, first in commands.items():
+        shown = run_cli([name, "--help"], capsys).out
+        assert f"default: auto = {first}" in " ".join(shown.split()), name
