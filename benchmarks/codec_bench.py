@@ -100,12 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return batches * RECORDS_PER_BATCH
 
     def enc_aiokafka() -> int:
-        compiled = record_batch._ENCODE_PLAIN
-        record_batch._ENCODE_PLAIN = None  # type: ignore[misc]  # the benchmark's own switch
+        compiled = record_batch._ENCODE_BATCH
+        record_batch._ENCODE_BATCH = None  # type: ignore[misc]  # the benchmark's own switch
         try:
             return enc_fast()
         finally:
-            record_batch._ENCODE_PLAIN = compiled  # type: ignore[misc]
+            record_batch._ENCODE_BATCH = compiled  # type: ignore[misc]
 
     def enc_py() -> int:
         for i, p in enumerate(pairs[:py_batches]):

@@ -1,20 +1,25 @@
 /* Kafka v2 records in one C loop: the append path's encoder and the restore path's decoder.
  *
- * encode_plain(pairs, prefix, require_keys=False) -> bytearray
+ * encode_batch(pairs, require_keys, base_offset, timestamp_ms, partition_leader_epoch,
+ *              attributes, producer_id, producer_epoch, base_sequence, crc32c) -> bytearray
  *
- * Lays down one record per pair, in order, after `prefix` zero bytes (room for the
- * caller's 61-byte batch header): length (zigzag varint), attributes 0, timestamp
- * delta 0, offset delta = the pair's index, key length (-1: null) and key, value
- * length (-1: null) and value, header count 0.  The same bytes as the pure-Python
- * reference, changelog.record.body.encode_body, for records without headers whose
- * timestamps all equal the batch's base timestamp (tests hold them equal).
+ * The append path's whole uncompressed batch.  First the records, one per pair, in order,
+ * after room for the 61-byte v2 header: length (zigzag varint), attributes 0, timestamp
+ * delta 0, offset delta = the pair's index, key length (-1: null) and key, value length
+ * (-1: null) and value, header count 0.  The same bytes as the pure-Python reference,
+ * changelog.record.body.encode_body, for records without headers whose timestamps all equal
+ * the batch's base timestamp (tests hold them equal).  Then the header (one timestamp as
+ * base and max, last offset delta = count - 1, magic 2), its CRC-32C taken by calling
+ * `crc32c` on a view of the bytes from the attributes on: the same bytes as
+ * changelog.record.header.write_header writes.
  *
  * `pairs` must be a list or tuple of exact 2-tuples of exact bytes or None, or a dict of
  * exact bytes or None to exact bytes or None (one record per entry, in the dict's order);
  * anything else raises TypeError naming the index, and the caller reports it in its own terms.
  * With `require_keys` true a None key raises ValueError naming the index (a compacted
  * log's rule, checked here for free rather than in a second pass over the pairs).
- * Nothing else is checked here (the caller bounds the count by Kafka's limits).
+ * Nothing else is checked here: the caller checks the count (at least one, within Kafka's
+ * limits) and the field values, as it does for write_header.
  *
  * decode(buf, start, end, count, shape, base_offset=0, base_timestamp=0) -> list
  *
@@ -109,15 +114,9 @@ static inline size_t record_body_size(Py_ssize_t i, Py_ssize_t klen, Py_ssize_t 
            + (size_t)(vlen > 0 ? vlen : 0) + 1;
 }
 
-static PyObject *encode_plain(PyObject *self, PyObject *args)
+/* The records of `pairs` after `prefix` zero bytes, in a new bytearray (see encode_batch). */
+static PyObject *encode_records(PyObject *pairs, Py_ssize_t prefix, int require_keys)
 {
-    PyObject *pairs;
-    Py_ssize_t prefix;
-    int require_keys = 0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "On|p", &pairs, &prefix, &require_keys)) {
-        return NULL;
-    }
     if (prefix < 0) {
         PyErr_SetString(PyExc_ValueError, "prefix must be >= 0");
         return NULL;
@@ -195,6 +194,104 @@ static PyObject *encode_plain(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_SystemError, "record encoder size mismatch");
         return NULL;
     }
+    return out;
+}
+
+static inline void put_be16(char *p, uint16_t v)
+{
+    p[0] = (char)(v >> 8);
+    p[1] = (char)v;
+}
+
+static inline void put_be32(char *p, uint32_t v)
+{
+    for (int i = 3; i >= 0; i--) {
+        p[i] = (char)v;
+        v >>= 8;
+    }
+}
+
+static inline void put_be64(char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (char)v;
+        v >>= 8;
+    }
+}
+
+/* Offsets of the v2 batch header's fields (changelog.record.header.HEADER_FIELDS). */
+enum {
+    BATCH_HEADER = 61,
+    AT_BATCH_LENGTH = 8,
+    AT_LEADER_EPOCH = 12,
+    AT_MAGIC = 16,
+    AT_CRC = 17,
+    AT_ATTRIBUTES = 21,
+    AT_LAST_OFFSET_DELTA = 23,
+    AT_BASE_TIMESTAMP = 27,
+    AT_MAX_TIMESTAMP = 35,
+    AT_PRODUCER_ID = 43,
+    AT_PRODUCER_EPOCH = 51,
+    AT_BASE_SEQUENCE = 53,
+    AT_RECORDS_COUNT = 57,
+};
+
+static PyObject *encode_batch(PyObject *self, PyObject *args)
+{
+    PyObject *pairs, *crc;
+    long long base_offset, timestamp, producer_id;
+    int require_keys, attributes, producer_epoch, base_sequence, leader_epoch;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OpLLiiLiiO", &pairs, &require_keys, &base_offset, &timestamp,
+                          &leader_epoch, &attributes, &producer_id, &producer_epoch,
+                          &base_sequence, &crc)) {
+        return NULL;
+    }
+    PyObject *out = encode_records(pairs, BATCH_HEADER, require_keys);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_ssize_t size = PyByteArray_GET_SIZE(out);
+    /* encode_records accepted pairs: a dict, a list or a tuple, unchanged since */
+    Py_ssize_t count = PyDict_CheckExact(pairs) ? PyDict_GET_SIZE(pairs) : PySequence_Fast_GET_SIZE(pairs);
+    if (size - 12 > INT32_MAX || count > INT32_MAX) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_OverflowError, "batch too large");
+        return NULL;
+    }
+    char *b = PyByteArray_AS_STRING(out);
+    put_be64(b, (uint64_t)base_offset);
+    put_be32(b + AT_BATCH_LENGTH, (uint32_t)(size - 12));
+    put_be32(b + AT_LEADER_EPOCH, (uint32_t)leader_epoch);
+    b[AT_MAGIC] = 2;
+    put_be16(b + AT_ATTRIBUTES, (uint16_t)attributes);
+    put_be32(b + AT_LAST_OFFSET_DELTA, (uint32_t)(count - 1));
+    put_be64(b + AT_BASE_TIMESTAMP, (uint64_t)timestamp);
+    put_be64(b + AT_MAX_TIMESTAMP, (uint64_t)timestamp);
+    put_be64(b + AT_PRODUCER_ID, (uint64_t)producer_id);
+    put_be16(b + AT_PRODUCER_EPOCH, (uint16_t)producer_epoch);
+    put_be32(b + AT_BASE_SEQUENCE, (uint32_t)base_sequence);
+    put_be32(b + AT_RECORDS_COUNT, (uint32_t)count);
+    /* The CRC-32C of everything from the attributes on, by the caller's function (the
+     * crc32c package: hardware CRC, several streams at once). */
+    PyObject *view = PyMemoryView_FromMemory(b + AT_ATTRIBUTES, size - AT_ATTRIBUTES, PyBUF_READ);
+    if (view == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyObject *value = PyObject_CallOneArg(crc, view);
+    Py_DECREF(view);
+    if (value == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    unsigned long checksum = PyLong_AsUnsignedLong(value);
+    Py_DECREF(value);
+    if (checksum == (unsigned long)-1 && PyErr_Occurred()) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    put_be32(b + AT_CRC, (uint32_t)checksum);
     return out;
 }
 
@@ -449,10 +546,11 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"encode_plain", encode_plain, METH_VARARGS,
-     "encode_plain(pairs, prefix, require_keys=False) -> bytearray: `prefix` zero bytes, then "
-     "one Kafka v2 record per (key, value) pair (or dict entry) (offset delta = index, timestamp delta 0, no "
-     "headers); with require_keys a None key raises ValueError."},
+    {"encode_batch", encode_batch, METH_VARARGS,
+     "encode_batch(pairs, require_keys, base_offset, timestamp_ms, partition_leader_epoch, "
+     "attributes, producer_id, producer_epoch, base_sequence, crc32c) -> bytearray: a whole "
+     "uncompressed v2 batch, one record per (key, value) pair (one timestamp), header and CRC "
+     "(crc32c(buffer) -> int) included."},
     {"decode", decode, METH_VARARGS,
      "decode(buf, start, end, count, shape, base_offset=0, base_timestamp=0) -> list: `count` "
      "Kafka v2 records of buf[start:end] as (key, value) (shape 0), (offset, key, value) (1) or "

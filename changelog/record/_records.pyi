@@ -1,17 +1,26 @@
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-def encode_plain(
+def encode_batch(
     pairs: Sequence[tuple[bytes | None, bytes | None]]
     | Mapping[bytes, bytes | None]
     | Mapping[bytes | None, bytes | None],
-    prefix: int,
-    require_keys: bool = False,
+    require_keys: bool,
+    base_offset: int,
+    timestamp_ms: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    crc32c: Callable[[memoryview], int],
     /,
 ) -> bytearray:
-    """``prefix`` zero bytes, then one Kafka v2 record per pair (see ``_records.c``).
+    """A whole uncompressed v2 batch (one record per pair), header and CRC included.
 
     ``require_keys``: a ``None`` key raises ``ValueError``.
+
+    ``crc32c`` takes a view of the bytes from the attributes on (see ``_records.c``).
     """
 
 def decode(

@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+import crc32c
+
 from changelog.errors import CorruptRecordError, InvalidRecordError
 from changelog.limits import INT32_MAX, INT64_MAX, NO_TIMESTAMP
 from changelog.native import PURE, compiled
@@ -149,12 +151,13 @@ def _load_fast_codec() -> Any:
 _FAST: Final = _load_fast_codec()
 
 
-def _load_record_encoder() -> Callable[[Pairs, int, bool], bytearray] | None:
-    """Our compiled record encoder (``changelog/record/_records.c``), or ``None`` if it was not built."""
-    return compiled("changelog.record._records", "encode_plain")  # type: ignore[no-any-return]
+def _load_record_encoder() -> Callable[..., bytearray] | None:
+    """Our compiled batch encoder (``changelog/record/_records.c``: ``encode_batch``), or
+    ``None`` if it was not built: the records in one C loop, then the header and its CRC."""
+    return compiled("changelog.record._records", "encode_batch")  # type: ignore[no-any-return]
 
 
-_ENCODE_PLAIN: Final = _load_record_encoder()
+_ENCODE_BATCH: Final = _load_record_encoder()
 
 _DECODE: Final[Callable[..., list[Any]] | None] = compiled("changelog.record._records", "decode")
 """Our compiled record decoder (``_records.c``: ``decode``), or ``None`` (pure Python then)."""
@@ -184,7 +187,7 @@ def _decode(
 
 def compiled_encoder_available() -> bool:
     """Whether the compiled record encoder is built (else the append path uses aiokafka's builder)."""
-    return _ENCODE_PLAIN is not None
+    return _ENCODE_BATCH is not None
 
 
 def compiled_decoder_available() -> bool:
@@ -230,7 +233,7 @@ def encode_batch(
     over: no tuple per record).  Anything else, or no pairs at all, raises
     :class:`InvalidRecordError`.
     """
-    if _ENCODE_PLAIN is not None and headers is None and type(pairs) in _ENCODABLE:
+    if _ENCODE_BATCH is not None and headers is None and type(pairs) in _ENCODABLE:
         plain = _encode_plain(
             base_offset,
             pairs,
@@ -352,7 +355,8 @@ def _encode_plain(
 
     The records come from C in one loop (the same bytes as
     :func:`~changelog.record.body.encode_body`, tests hold them equal), the
-    header and its CRC-32C (hardware, ``crc32c``) from :func:`write_header`.
+    header and its CRC-32C (hardware, ``crc32c``) written in the same C call, as
+    :func:`write_header` writes them (tests hold the bytes equal).
     A pair the encoder refuses (not an exact ``(bytes | None, bytes | None)``
     tuple) sends the caller down the other path, which reports it; a ``None``
     key under ``require_keys`` is refused here.
@@ -369,20 +373,21 @@ def _encode_plain(
     if producer is not _NO_PRODUCER:  # every ordinary append: the constant needs no check
         check_producer_state(*producer, is_transactional=is_transactional)
     try:
-        buf = _ENCODE_PLAIN(pairs, BATCH_HEADER_SIZE, require_keys)  # type: ignore[misc]  # checked by the caller
+        return _ENCODE_BATCH(  # type: ignore[misc]  # not None: checked by the caller
+            pairs,
+            require_keys,
+            base_offset,
+            timestamp_ms,
+            PARTITION_LEADER_EPOCH,
+            TRANSACTIONAL_FLAG_MASK if is_transactional else 0,
+            *producer,
+            crc32c.crc32c,
+        )
     except TypeError:
         return None
     except ValueError:  # only a None key under require_keys: find which, in Python
         _check_keys(list(pairs.items()) if isinstance(pairs, Mapping) else pairs)
         raise
-    return _append_header(
-        buf,
-        base_offset,
-        len(pairs),
-        timestamp_ms=timestamp_ms,
-        producer=producer,
-        is_transactional=is_transactional,
-    )
 
 
 def encode_append_batch(
@@ -424,7 +429,7 @@ def encode_append_batch(
             is_transactional=transactional,
         )
     if (
-        _ENCODE_PLAIN is not None
+        _ENCODE_BATCH is not None
         and headers is None
         and type(pairs) in _ENCODABLE
         and (compression is None or compression.codec == NONE)

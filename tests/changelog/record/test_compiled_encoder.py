@@ -32,7 +32,7 @@ pair_lists = st.lists(st.tuples(blobs, blobs), min_size=1, max_size=20)
 
 
 def without_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rb, "_ENCODE_PLAIN", None)
+    monkeypatch.setattr(rb, "_ENCODE_BATCH", None)
 
 
 def test_the_compiled_encoder_is_built_unless_pure() -> None:
@@ -173,12 +173,12 @@ def test_a_dict_encodes_as_the_list_of_its_items_on_every_path(
     """The write buffer hands its dict snapshot over: one record per entry, in its order."""
     expected = encode_batch_py(5, list(pairs.items()), timestamp_ms=TS)
     assert encode_batch(5, pairs, timestamp_ms=TS) == expected
-    compiled = rb._ENCODE_PLAIN
+    compiled = rb._ENCODE_BATCH
     try:
-        rb._ENCODE_PLAIN = None  # type: ignore[misc]
+        rb._ENCODE_BATCH = None  # type: ignore[misc]
         assert encode_batch(5, pairs, timestamp_ms=TS) == expected
     finally:
-        rb._ENCODE_PLAIN = compiled  # type: ignore[misc]
+        rb._ENCODE_BATCH = compiled  # type: ignore[misc]
 
 
 def test_a_dict_keeps_the_typed_errors() -> None:
