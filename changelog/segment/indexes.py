@@ -30,7 +30,7 @@ Thread-safety: not thread-safe; the segment's owner calls it under ``Log.lock``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -163,7 +163,12 @@ class SegmentIndexes:
         self.bytes_since_last_entry += size
 
     def rebuild(
-        self, batches: Iterable[tuple[int, BatchHeader, bytes]], *, base_offset: int, prefix: str
+        self,
+        batches: Iterable[tuple[int, BatchHeader, bytes]],
+        *,
+        base_offset: int,
+        prefix: str,
+        stopped: Callable[[str], None] | None = None,
     ) -> int:
         """Empty both indexes and re-add ``batches`` (a whole ``.log`` from position 0, CRC-checked).
 
@@ -171,7 +176,11 @@ class SegmentIndexes:
         corrupt (``batches`` raises :class:`CorruptRecordError`), goes backwards
         or lies beyond int32 of ``base_offset``; returns where the valid batches
         end.  The indexes then end as on a roll (final time entry, trimmed).
+        Why it stopped before the end goes to ``stopped`` (the caller words
+        it: a recovering segment knows when the rest is its preallocated
+        zeros), or else is logged as a warning.
         """
+        report = stopped if stopped is not None else lambda why: logger.warning("%s%s", prefix, why)
         self.reset()
         valid = 0
         expected_next = base_offset
@@ -181,13 +190,9 @@ class SegmentIndexes:
                     header.base_offset < expected_next
                     or header.last_offset - base_offset > INT32_MAX
                 ):
-                    logger.warning(
-                        "%sbatch at position %s has offsets [%s, %s] out of order or range; "
-                        "truncating there",
-                        prefix,
-                        position,
-                        header.base_offset,
-                        header.last_offset,
+                    report(
+                        f"batch at position {position} has offsets [{header.base_offset}, "
+                        f"{header.last_offset}] out of order or range; truncating there"
                     )
                     break
                 expected_next = header.next_offset
@@ -196,7 +201,7 @@ class SegmentIndexes:
                 )
                 valid = position + header.size_in_bytes
         except CorruptRecordError as exc:
-            logger.warning("%sinvalid batch found during recovery: %s", prefix, exc)
+            report(f"invalid batch found during recovery: {exc}")
         self.append_final_time_entry()
         self.trim_to_valid_size()
         return valid
@@ -233,8 +238,9 @@ class SegmentIndexes:
     def scan_max_timestamp(self, headers: Iterable[tuple[int, BatchHeader]], prefix: str) -> None:
         """Find the largest timestamp by reading every batch header (a rare path: after truncation).
 
-        A torn tail stops the scan with a warning: after a crash ``recover``
-        cuts it; anywhere else the read that reaches it reports the corruption.
+        A torn tail (or a preallocated segment's zeros) stops the scan, logged
+        at DEBUG only: after a crash ``recover`` cuts it and says what it cut;
+        anywhere else the read that reaches it reports the corruption.
         """
         self.forget_max_timestamp()
         try:
@@ -243,7 +249,7 @@ class SegmentIndexes:
                     self.max_timestamp_ms = header.max_timestamp
                     self.offset_of_max_timestamp = header.last_offset
         except (CorruptRecordError, UnsupportedFormatError) as exc:
-            logger.warning("%scannot scan for the largest timestamp: %s", prefix, exc)
+            logger.debug("%sthe scan for the largest timestamp stops: %s", prefix, exc)
 
     # ----------------------------------------------------------------- whole-file operations
 

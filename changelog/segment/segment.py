@@ -596,17 +596,36 @@ class LogSegment:
         fd = self._file.require()
         file_size = self._file.size()
         self._rolling_based_timestamp = None  # read again from the first batch when needed
+        stops: list[str] = []
         with self.open_reader() as reader:
             reader.end_position = file_size
             valid = self._indexes.rebuild(
-                reader.batches(), base_offset=self._base_offset, prefix=self._prefix
+                reader.batches(),
+                base_offset=self._base_offset,
+                prefix=self._prefix,
+                stopped=stops.append,
             )
         if expected_valid_bytes is not None and valid != expected_valid_bytes:
             raise SegmentChangedError(self.log_path, expected=expected_valid_bytes, actual=valid)
         truncated = file_size - valid
         if truncated > 0:
             where = f"position {valid} of {self.log_path}"
-            logger.warning("%struncating %s invalid bytes at %s", self._prefix, truncated, where)
+            if files.zeros_between(fd, valid, file_size, self.log_path, "segment.recover.read"):
+                # The unused end of a preallocated active segment (or zeros a power cut
+                # left where an unacknowledged write was going): the log's normal end.
+                logger.info(
+                    "%scutting %s zero bytes after the last batch, at %s (unused preallocated "
+                    "space)",
+                    self._prefix,
+                    truncated,
+                    where,
+                )
+            else:
+                for why in stops:
+                    logger.warning("%s%s", self._prefix, why)
+                logger.warning(
+                    "%struncating %s invalid bytes at %s", self._prefix, truncated, where
+                )
             files.truncate_fd(fd, valid, self.log_path, "segment.recover.truncate")
         self._size = valid
         self._allocated = valid

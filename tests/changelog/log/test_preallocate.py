@@ -10,6 +10,7 @@ are not a batch, damage that does not stop at a sector) is refused, as without z
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -324,3 +325,35 @@ def test_a_large_append_grows_the_file_without_zeros(
         assert segment.allocated_bytes == segment.size_bytes == segment.log_path.stat().st_size
         log.append(records(2, 1))
         assert segment.allocated_bytes == segment.size_bytes + 4096
+
+
+def test_the_zeros_after_a_crash_are_no_warning(
+    log_dir: Path, config: LogConfig, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every crash of a preallocating log leaves them: an operator reading the log after it
+    sees the cut at INFO, not a warning about garbage or torn writes."""
+    content, position, size = _write_crashed_log(log_dir, config, clock)
+    tail = _active_path(log_dir).stat().st_size - (position + size)
+    with caplog.at_level(logging.DEBUG, logger="changelog"):
+        with Log.open(log_dir, config, clock) as log:
+            assert _state(log) == content
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any(
+        f"cutting {tail} zero bytes after the last batch" in r.getMessage()
+        and r.levelno == logging.INFO
+        for r in caplog.records
+    )
+
+
+def test_a_torn_write_in_the_zeros_is_still_a_warning(
+    log_dir: Path, config: LogConfig, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    content, position, size = _write_crashed_log(log_dir, config, clock, last_value=1500)
+    active = _active_path(log_dir)
+    sector = -(-(position + 100) // SECTOR) * SECTOR
+    _zero(active, sector, position + size)
+    with caplog.at_level(logging.DEBUG, logger="changelog"):
+        with Log.open(log_dir, config, clock) as log:
+            assert _state(log) == content[:-1]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("truncating" in w and f"position {position} of" in w for w in warnings), warnings
