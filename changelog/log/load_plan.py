@@ -30,9 +30,10 @@ a hole or an overlap between two segments              :class:`LogInconsistencyE
 an index file whose ``.log`` is gone, mid-log          :class:`LogInconsistencyError`
 a checkpoint that cannot be parsed                     :class:`CorruptCheckpointError`
 a checkpoint that disagrees with the segments          :class:`CheckpointMismatchError`
+a recovery point above the log end (its tail is gone)  :class:`LogInconsistencyError`
 =====================================================  ===================================
 
-The cross-checks behind the last row, each an invariant of the writers
+The cross-checks behind the last two rows, each an invariant of the writers
 (``changelog/log/log.py``): the log start offset only moves to the first segment's
 base offset (retention, D3), so ``log-start-offset-checkpoint`` is never above
 the first base offset, and equals it after a clean shutdown (C3); the

@@ -54,7 +54,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Final, Generic, TypeVar
 
-from statestore.errors import DeserializationError, SerializationError, StateStoreError
+from statestore.errors import (
+    DeserializationError,
+    InvalidStateStoreError,
+    SerializationError,
+    StateStoreError,
+)
 from statestore.partitioner import partition_for
 from statestore.serdes import BytesSerde, IntSerde, Serde, StringSerde
 from statestore.stores.bytes_store import prefix_upper_bound
@@ -141,6 +146,10 @@ class StoreReader(Generic[K, V]):
         except Exception as exc:
             raise DeserializationError(self._name, "entry", key, str(exc)) from exc
 
+    def _named(self, exc: InvalidStateStoreError) -> InvalidStateStoreError:
+        """An engine's "closed" error, naming this store (the engine knows only its directory)."""
+        return InvalidStateStoreError(self._name, exc.state, exc.operation)
+
     def _engine_of(self, key: bytes) -> RocksDBEngine:
         if self._count == 1:
             return self._engines[0]
@@ -151,7 +160,10 @@ class StoreReader(Generic[K, V]):
     def get(self, key: K, default: V | None = None) -> V | None:
         """The committed value of ``key``, or ``default``."""
         key_bytes = self._key_bytes(key)
-        data = self._engine_of(key_bytes).get(key_bytes)
+        try:
+            data = self._engine_of(key_bytes).get(key_bytes)
+        except InvalidStateStoreError as exc:
+            raise self._named(exc) from exc
         return default if data is None else self._value(data)
 
     def __getitem__(self, key: K) -> V:
@@ -164,15 +176,21 @@ class StoreReader(Generic[K, V]):
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` has a committed value."""
         key_bytes = self._key_bytes(key)
-        return self._engine_of(key_bytes).get(key_bytes) is not None
+        try:
+            return self._engine_of(key_bytes).get(key_bytes) is not None
+        except InvalidStateStoreError as exc:
+            raise self._named(exc) from exc
 
     def get_many(self, keys: Iterable[K], default: V | None = None) -> list[V | None]:
         """The committed values of ``keys`` in order (``default`` where absent), all as of one moment."""
         wanted = [self._key_bytes(key) for key in keys]
-        if self._count == 1:
-            found = self._engines[0].get_many(wanted)
-        else:
-            found = self._get_many_partitioned(wanted)
+        try:
+            if self._count == 1:
+                found = self._engines[0].get_many(wanted)
+            else:
+                found = self._get_many_partitioned(wanted)
+        except InvalidStateStoreError as exc:
+            raise self._named(exc) from exc
         return [default if data is None else self._value(data) for data in found]
 
     def _get_many_partitioned(self, keys: list[bytes]) -> list[bytes | None]:
@@ -234,16 +252,22 @@ class StoreReader(Generic[K, V]):
 
     def approximate_num_entries(self) -> int:
         """RocksDB's estimate of the number of entries."""
-        return sum(engine.approximate_num_entries() for engine in self._engines)
+        try:
+            return sum(engine.approximate_num_entries() for engine in self._engines)
+        except InvalidStateStoreError as exc:
+            raise self._named(exc) from exc
 
     def _scan(self, lo: bytes | None, hi: bytes | None, *, reverse: bool) -> Iterator[tuple[K, V]]:
         """The raw scan opened now (so it is of this moment), decoded lazily in chunks."""
-        if self._count == 1:
-            raw: Iterator[tuple[bytes, bytes]] = self._engines[0].items(lo, hi, reverse=reverse)
-        else:
-            with self._visibility:  # every partition's iterator sees the same transactions
-                sources = [engine.items(lo, hi, reverse=reverse) for engine in self._engines]
-            raw = heapq.merge(*sources, key=_KEY, reverse=reverse)
+        try:
+            if self._count == 1:
+                raw: Iterator[tuple[bytes, bytes]] = self._engines[0].items(lo, hi, reverse=reverse)
+            else:
+                with self._visibility:  # every partition's iterator sees the same transactions
+                    sources = [engine.items(lo, hi, reverse=reverse) for engine in self._engines]
+                raw = heapq.merge(*sources, key=_KEY, reverse=reverse)
+        except InvalidStateStoreError as exc:
+            raise self._named(exc) from exc
         return itertools.chain.from_iterable(map(self._decode_chunk, _chunks(raw, self._name)))
 
     def _decode_chunk(self, chunk: list[tuple[bytes, bytes]]) -> list[tuple[K, V]]:
@@ -254,11 +278,14 @@ class StoreReader(Generic[K, V]):
 def _chunks(
     source: Iterator[tuple[bytes, bytes]], store: str
 ) -> Iterator[list[tuple[bytes, bytes]]]:
-    """``source`` in lists of :data:`_CHUNK` entries; a non-store error names the store."""
+    """``source`` in lists of :data:`_CHUNK` entries; a non-store error, or the engine's
+    "closed", names the store."""
     last = b""
     while True:
         try:
             chunk = list(itertools.islice(source, _CHUNK))
+        except InvalidStateStoreError as exc:  # closed meanwhile: named for the store
+            raise InvalidStateStoreError(store, exc.state, exc.operation) from exc
         except StateStoreError:
             raise
         except Exception as exc:

@@ -235,9 +235,20 @@ def test_reader_of_a_closed_store_raises(open_manager: OpenManager) -> None:
     store["a"] = 1
     store.commit()
     reader = store.reader()
+    scan = reader.items()  # opened before the close, read after it
     store.close()
-    with pytest.raises(InvalidStateStoreError):
-        reader.get("a")
+    for read in (
+        lambda: reader.get("a"),
+        lambda: "a" in reader,
+        lambda: reader.get_many(["a", "b"]),
+        lambda: list(reader.items()),
+        lambda: list(scan),
+        reader.approximate_num_entries,
+    ):
+        with pytest.raises(InvalidStateStoreError) as caught:
+            read()
+        assert caught.value.store == "kv"  # the store's name, not its RocksDB directory
+        assert caught.value.state == "closed"
     with pytest.raises(InvalidStateStoreError):
         store.reader()
     assert manager.store("kv").reader().get("a") == 1  # the reopened store's reader
