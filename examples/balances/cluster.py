@@ -75,7 +75,8 @@ def _emit(event: str, **fields: object) -> None:
 
 def create_topics(bootstrap: str, partitions: int, app: str = APPLICATION_ID) -> None:
     """Create the input and output topics with ``partitions`` partitions (if missing)."""
-    from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+    from confluent_kafka.cimpl import NewTopic  # noqa: PLC0415
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
@@ -153,8 +154,9 @@ def _read_topic(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:
             ):
                 return last
             for message in consumer.consume(10_000, timeout=0.5):
-                if message.error() is None:
-                    last[message.key()] = message.value()
+                key = message.key()
+                if message.error() is None and key is not None:  # a changelog record has a key
+                    last[key] = message.value()
         raise RuntimeError(f"could not read {topic} to its end")
     finally:
         consumer.close()

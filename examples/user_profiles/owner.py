@@ -292,7 +292,8 @@ class ProfileOwner:
     def start(self, timeout_s: float = 120) -> None:
         """Create the request topic if missing, start the producer and the processor thread."""
         from confluent_kafka import Producer  # noqa: PLC0415
-        from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
+        from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+        from confluent_kafka.cimpl import NewTopic  # noqa: PLC0415
 
         admin = AdminClient({"bootstrap.servers": self._bootstrap})
         futures = admin.create_topics([NewTopic(self.requests_topic, self.partitions, 1)])

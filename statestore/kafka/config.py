@@ -8,7 +8,7 @@ every setting and the librdkafka properties the runtime sets, and why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -18,6 +18,17 @@ from statestore.errors import InvalidStoreConfigError
 from statestore.kafka.endpoint import HostInfo
 from statestore.kafka.security import SecurityConfig
 from statestore.stores.time.settings import ADDITIONAL_RETENTION_MS, TimeSettings
+
+
+def _names(values: Iterable[str]) -> tuple[str, ...]:
+    """A converter: topic names as a tuple (typed, unlike ``tuple``, for the checkers)."""
+    return tuple(values)
+
+
+def _properties(values: Mapping[str, str]) -> dict[str, str]:
+    """A converter: librdkafka properties as a dict of their own."""
+    return dict(values)
+
 
 __all__ = ["ChangelogTopicConfig", "GroupProtocol", "ProcessingGuarantee", "ProcessorConfig"]
 
@@ -144,7 +155,7 @@ class ProcessorConfig:
     """``application.id``: the consumer group id, and the prefix of every changelog topic."""
     bootstrap_servers: str = attrs.field(validator=attrs.validators.instance_of(str))
     """``bootstrap.servers`` of the cluster."""
-    input_topics: tuple[str, ...] = attrs.field(converter=tuple, validator=_topics)
+    input_topics: tuple[str, ...] = attrs.field(converter=_names, validator=_topics)
     """Source topics; they must be co-partitioned (same partition count)."""
     instance_id: str = attrs.field(validator=_name)
     """This process's stable name: the ``transactional.id`` is ``<application_id>-<instance_id>``,
@@ -217,7 +228,7 @@ class ProcessorConfig:
     query_metadata_refresh_ms: int = attrs.field(default=1000, validator=_at_least(100))
     """How often the group is described for ``metadata_for_key`` (one admin request)."""
     output_topics: tuple[str, ...] = attrs.field(
-        default=(), converter=tuple, validator=attrs.validators.deep_iterable(_name)
+        default=(), converter=_names, validator=attrs.validators.deep_iterable(_name)
     )
     """Topics ``context.send`` writes to, checked to exist at start (the runtime never
     creates them; a topic missing at commit time fails the commit)."""
@@ -236,14 +247,20 @@ class ProcessorConfig:
     )
     """``security.protocol``, SASL and TLS settings of every client the runtime makes (admin,
     producer, main, restore and standby consumers); secrets are masked in the repr."""
-    client_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict, repr=False)
+    client_overrides: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_properties, repr=False
+    )
     """librdkafka properties for every client the runtime makes (admin, consumers, producer),
     applied after ``security`` and before the runtime's own (for settings ``security`` does not
     name, such as ``sasl.oauthbearer.*``).  Left out of the config's ``repr`` (it may hold
     secrets)."""
-    consumer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict, repr=False)
+    consumer_overrides: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_properties, repr=False
+    )
     """librdkafka properties for the consumers, applied last.  Left out of the ``repr``."""
-    producer_overrides: Mapping[str, str] = attrs.field(factory=dict, converter=dict, repr=False)
+    producer_overrides: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_properties, repr=False
+    )
     """librdkafka properties for the producer, applied last.  Left out of the ``repr``."""
 
     def __attrs_post_init__(self) -> None:

@@ -52,7 +52,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, overload
 
 from statestore.errors import (
     DeserializationError,
@@ -157,6 +157,10 @@ class StoreReader(Generic[K, V]):
 
     # ------------------------------------------------------------- point reads
 
+    @overload
+    def get(self, key: K, default: None = None) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V) -> V: ...
     def get(self, key: K, default: V | None = None) -> V | None:
         """The committed value of ``key``, or ``default``."""
         key_bytes = self._key_bytes(key)
@@ -171,7 +175,7 @@ class StoreReader(Generic[K, V]):
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[no-any-return]
 
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` has a committed value."""

@@ -52,7 +52,7 @@ import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
 
 from changelog import Log
 from changelog.native import compiled
@@ -474,6 +474,10 @@ class KeyValueStore(Generic[K, V]):
 
     # ------------------------------------------------------------- reads
 
+    @overload
+    def get(self, key: K, default: None = None) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V) -> V: ...
     def get(self, key: K, default: V | None = None) -> V | None:
         """The value of ``key`` (uncommitted writes included), or ``default``."""
         if self._state is not _OPEN:
@@ -546,7 +550,7 @@ class KeyValueStore(Generic[K, V]):
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[no-any-return]
 
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` has a value."""

@@ -17,7 +17,7 @@ Thread-safety: not thread-safe (one thread uses a store at a time).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 import attrs
 
@@ -65,6 +65,10 @@ class TimestampedKeyValueStore(TimeStoreBase[K, V]):
         data = self._inner.get(self._key_bytes(key))
         return None if data is None else self._decode(data)
 
+    @overload
+    def get(self, key: K, default: None = None) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V) -> V: ...
     def get(self, key: K, default: V | None = None) -> V | None:
         """The value of ``key``, or ``default``."""
         found = self.get_with_timestamp(key)

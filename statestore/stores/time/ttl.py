@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
@@ -315,6 +315,10 @@ class TtlKeyValueStore(TimeStoreBase[K, V]):
             return None
         return ValueAndTimestamp(decoder.value(data), _unpack_stamp(data))
 
+    @overload
+    def get(self, key: K, default: None = None) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V) -> V: ...
     def get(self, key: K, default: V | None = None) -> V | None:
         """The live value of ``key``, or ``default``."""
         found = self.get_with_timestamp(key)
@@ -449,6 +453,10 @@ class TtlStoreReader(Generic[K, V]):
         """The store's name."""
         return self._decoder.name
 
+    @overload
+    def get(self, key: K, default: None = None) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V) -> V: ...
     def get(self, key: K, default: V | None = None) -> V | None:
         """The committed live value of ``key``, or ``default``."""
         decoder = self._decoder
