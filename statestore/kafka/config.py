@@ -35,6 +35,11 @@ __all__ = ["ChangelogTopicConfig", "GroupProtocol", "ProcessingGuarantee", "Proc
 ProcessingGuarantee = Literal["exactly_once_v2", "at_least_once"]
 GroupProtocol = Literal["consumer", "classic"]
 
+LONG_MAX: Final = 2**63 - 1
+"""Java's ``Long.MAX_VALUE``: "no limit" in a topic's millisecond settings."""
+TIMESTAMP_AFTER_MAX: Final = "message.timestamp.after.max.ms"
+_UNLIMITED: Final[int | None] = LONG_MAX  # typed for the attrs field that defaults to it
+
 _GUARANTEES: Final = frozenset({"exactly_once_v2", "at_least_once"})
 _PROTOCOLS: Final = frozenset({"consumer", "classic"})
 
@@ -57,6 +62,13 @@ def _one_of(choices: frozenset[str]) -> Any:
             )
 
     return check
+
+
+def _optional_limit_ms(
+    _instance: object, attribute: attrs.Attribute[int | None], value: int | None
+) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InvalidStoreConfigError(attribute.name, value, "must be None or an integer >= 0")
 
 
 def _name(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -103,6 +115,16 @@ class ChangelogTopicConfig:
     staleness_margin_ms: int = attrs.field(default=60_000, validator=_at_least(0))
     """Safety margin: local state older than ``delete_retention_ms - staleness_margin_ms``
     is treated as stale (clock skew, cleaner timing)."""
+    message_timestamp_after_max_ms: int | None = attrs.field(
+        default=_UNLIMITED, validator=_optional_limit_ms
+    )
+    """``message.timestamp.after.max.ms`` of the changelog topic of a store whose records carry
+    their own time (timestamped, window, session, versioned), at creation: how far ahead of
+    the broker's clock a record's timestamp may be.  The broker's default (one hour since
+    Kafka 4.0) would refuse a store's record for an event time that far ahead, failing every
+    commit that holds it; the default here (the largest long, Kafka's own default before
+    4.0) takes any.  ``None``: not set (for brokers older than 3.6, which do not know it).
+    Not validated on an existing topic; a lower value there is named in a warning at start."""
 
     @min_cleanable_dirty_ratio.validator
     def _check_ratio(self, attribute: attrs.Attribute[float], value: float) -> None:
@@ -113,15 +135,19 @@ class ChangelogTopicConfig:
         """The topic settings used at creation, Kafka's names and spelling.
 
         ``time`` (a store in time) adds what Kafka Streams' changelog topic of
-        that store type has (:meth:`required_configs`).
+        that store type has (:meth:`required_configs`), and
+        :attr:`message_timestamp_after_max_ms` (its records carry their own time).
         """
-        return {
+        configs = {
             "cleanup.policy": "compact",
             "delete.retention.ms": str(self.delete_retention_ms),
             "segment.bytes": str(self.segment_bytes),
             "min.cleanable.dirty.ratio": str(self.min_cleanable_dirty_ratio),
             **self.required_configs(time),
         }
+        if time is not None and self.message_timestamp_after_max_ms is not None:
+            configs[TIMESTAMP_AFTER_MAX] = str(self.message_timestamp_after_max_ms)
+        return configs
 
     @staticmethod
     def required_configs(time: TimeSettings | None) -> dict[str, str]:

@@ -19,6 +19,12 @@ versioned               no ``delete`` in ``cleanup.policy``;
                         retention + one day
 ======================  =====================================================
 
+A store in time's topic is created with ``message.timestamp.after.max.ms`` =
+:attr:`ChangelogTopicConfig.message_timestamp_after_max_ms` (no limit by default):
+its records carry the store's own timestamps, which a broker of Kafka 4 would
+refuse more than an hour ahead of its clock.  An existing topic with a lower
+limit is accepted, with a warning naming the command that raises it.
+
 The topic id (Kafka's UUID of a topic, new on every re-creation) is read so
 that a restore can tell a recreated topic from the one its local state came
 from, even when the new topic has grown past the old offsets.
@@ -36,7 +42,7 @@ from typing import Any
 
 import attrs
 
-from statestore.kafka.config import ChangelogTopicConfig
+from statestore.kafka.config import TIMESTAMP_AFTER_MAX, ChangelogTopicConfig
 from statestore.kafka.errors import (
     AuthorizationFailedError,
     ChangelogTopicMismatchError,
@@ -382,14 +388,29 @@ def _validated(
     timeout_s: float,
 ) -> TopicInfo:
     info = topic_info(admin, topic, timeout_s=timeout_s)
+    configs = _topic_configs(admin, topic, timeout_s)
     validate_changelog_topic(
         topic,
         partitions=partitions,
         actual_partitions=info.partitions,
-        configs=_topic_configs(admin, topic, timeout_s),
+        configs=configs,
         config=config,
         time=time,
     )
+    limit = configs.get(TIMESTAMP_AFTER_MAX)
+    wanted = config.message_timestamp_after_max_ms
+    if time is not None and wanted is not None and limit is not None and int(limit) < wanted:
+        logger.warning(
+            "changelog topic %s has %s=%s: a record of the store whose timestamp is more than"
+            " that ahead of the broker's clock fails every commit that holds it (raise it with"
+            " kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config %s=%s)",
+            topic,
+            TIMESTAMP_AFTER_MAX,
+            limit,
+            topic,
+            TIMESTAMP_AFTER_MAX,
+            wanted,
+        )
     return info
 
 

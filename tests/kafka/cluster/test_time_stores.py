@@ -8,6 +8,7 @@ processor restoring from the topics alone against the same model.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -65,6 +66,8 @@ def test_changelog_topics_are_created_as_kafka_streams_creates_them(
     assert configs["latest"]["cleanup.policy"] == "compact"
     assert configs["latest"]["min.compaction.lag.ms"] == str(HISTORY_MS + DAY_MS)
     assert configs["seen"]["cleanup.policy"] == "compact"
+    for store in configs:  # their records carry event times: any distance ahead is taken
+        assert configs[store]["message.timestamp.after.max.ms"] == str(2**63 - 1)
     # The restore of a second processor from the same topics, into an empty state dir.
     finish_and_check(app, tmp_path / "b")
 
@@ -120,6 +123,47 @@ def test_a_record_the_broker_refuses_fails_the_feed(cluster: KafkaBroker) -> Non
     with pytest.raises(AssertionError, match="3 of 3 records refused") as refused:
         app.feed(3)
     assert "seq 0 " in str(refused.value), str(refused.value)
+
+
+def test_event_times_hours_ahead_of_the_broker_clock_commit(
+    cluster: KafkaBroker, tmp_path: Path
+) -> None:
+    """A store in time's changelog records carry the event times, not the producer's clock:
+    the topics are created to take any (Kafka 4 refuses a record more than an hour ahead by
+    default, which would fail every commit holding one), and a restore reads them back."""
+    app = TimeApp(
+        cluster.bootstrap_servers, "time-ahead", base_ms=int(time.time() * 1000) + 2 * HOUR_MS
+    )
+    app.feed(60, stamp_records=False)  # the inputs stamped now, their event times 2 h ahead
+    finish_and_check(app, tmp_path / "a")
+    finish_and_check(app, tmp_path / "b")  # restored from the topics alone
+
+
+def test_an_existing_topic_with_a_time_limit_is_named_in_a_warning(
+    cluster: KafkaBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = "time-limit-warning"
+    app = TimeApp(cluster.bootstrap_servers, name)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    topic = changelog_topic_name(name, "seen")
+    limited = {
+        "cleanup.policy": "compact",
+        "delete.retention.ms": str(DAY_MS),
+        "message.timestamp.after.max.ms": str(HOUR_MS),
+    }
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, config=limited)])[topic].result(
+        timeout=30
+    )
+    run_until(lambda: None, lambda: topic in admin.list_topics(timeout=30).topics, every_s=0.1)
+    processor = app.processor(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="statestore.kafka"):
+        processor.start()
+    processor.close()
+    warned = [r.getMessage() for r in caplog.records if topic in r.getMessage()]
+    assert any(f"message.timestamp.after.max.ms={HOUR_MS}" in m for m in warned), warned
+    assert topic_configs(cluster.bootstrap_servers, topic)["message.timestamp.after.max.ms"] == (
+        str(HOUR_MS)  # accepted as it is, never altered
+    )
 
 
 @pytest.fixture

@@ -129,9 +129,10 @@ class TimeApp:
         for future in futures.values():
             future.result(timeout=60)
 
-    def feed(self, count: int) -> None:
+    def feed(self, count: int, *, stamp_records: bool = True) -> None:
         """Produce ``count`` more records (seq, user, event time; the event time is also the
-        record's timestamp), every one acknowledged by the broker.
+        record's timestamp, unless ``stamp_records`` is false: then the producer stamps
+        it with its clock), every one acknowledged by the broker.
 
         Event times run ``STEP_MS`` apart from ``base_ms``: a broker refuses a
         record whose timestamp is more than ``message.timestamp.after.max.ms``
@@ -157,7 +158,7 @@ class TimeApp:
                 self.input,
                 key=user.encode(),
                 value=msgpack.packb({"seq": seq, "ts": ts}),
-                timestamp=ts,
+                timestamp=ts if stamp_records else 0,  # 0: the producer's clock
                 on_delivery=delivered,
             )
         assert producer.flush(30) == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from statestore import TimeSettings
-from statestore.errors import UnsupportedStoreOperationError
+from statestore.errors import InvalidStoreConfigError, UnsupportedStoreOperationError
 from statestore.kafka import (
     ChangelogTopicConfig,
     ChangelogTopicMismatchError,
@@ -30,6 +30,7 @@ WINDOW = TimeSettings.window(window_size_ms=60_000, retention_ms=3_600_000)
 SESSION = TimeSettings.session(retention_ms=7_200_000)
 VERSIONED = TimeSettings.versioned_key_value(history_retention_ms=600_000)
 TIMESTAMPED = TimeSettings.timestamped_key_value()
+NO_TIME_LIMIT = {"message.timestamp.after.max.ms": str(2**63 - 1)}
 
 
 def test_created_topic_settings() -> None:
@@ -45,8 +46,24 @@ def test_created_topic_settings() -> None:
     assert versioned["cleanup.policy"] == "compact"
     assert versioned["min.compaction.lag.ms"] == str(600_000 + DAY_MS)
     assert "retention.ms" not in versioned
-    assert CONFIG.topic_configs(TIMESTAMPED) == CONFIG.topic_configs()
+    assert CONFIG.topic_configs(TIMESTAMPED) == {**CONFIG.topic_configs(), **NO_TIME_LIMIT}
     assert CONFIG.topic_configs()["cleanup.policy"] == "compact"
+
+
+def test_a_store_in_time_takes_record_times_of_any_distance_ahead() -> None:
+    """Its records carry the store's timestamps, not the producer's clock: Kafka 4's default
+    (one hour ahead at most) would fail every commit holding a record of a later event time.
+    A key-value store's records are stamped by the producer: its topic keeps the default."""
+    for time in (WINDOW, SESSION, VERSIONED, TIMESTAMPED):
+        assert CONFIG.topic_configs(time)["message.timestamp.after.max.ms"] == str(2**63 - 1)
+    assert "message.timestamp.after.max.ms" not in CONFIG.topic_configs()
+    unset = ChangelogTopicConfig(message_timestamp_after_max_ms=None)  # brokers before 3.6
+    assert "message.timestamp.after.max.ms" not in unset.topic_configs(WINDOW)
+    hour = ChangelogTopicConfig(message_timestamp_after_max_ms=3_600_000)
+    assert hour.topic_configs(WINDOW)["message.timestamp.after.max.ms"] == "3600000"
+    for bad in (-1, True, "1"):
+        with pytest.raises(InvalidStoreConfigError):
+            ChangelogTopicConfig(message_timestamp_after_max_ms=bad)  # type: ignore[arg-type]
 
 
 def check(time: TimeSettings | None, **configs: str) -> None:
@@ -128,11 +145,12 @@ def test_interactive_queries_refuse_a_store_in_time(tmp_path: Path) -> None:
 
 
 def test_a_ttl_store_restores_with_the_local_expiry_rule() -> None:
-    """A TTL store runs in distributed mode: its topic is a key-value store's, and the broker
+    """A TTL store runs in distributed mode: its topic is a key-value store's (taking record
+    times of any distance ahead, as every store in time's), and the broker
     restore and the standbys get the local rule's cutoff (tests/kafka/cluster/test_ttl_store.py
     shows no expired value comes back from a broker restore)."""
     spec = KafkaStoreSpec.ttl("profiles", ttl=TtlSettings(ttl_ms=60_000))
     assert spec.time == TimeSettings.timestamped_key_value(ttl=TtlSettings(ttl_ms=60_000))
     assert spec.expiry_cutoff_ms(1_000_000) == 1_000_000 - 60_000
     assert KafkaStoreSpec.timestamped("seen").expiry_cutoff_ms(1_000_000) is None
-    assert CONFIG.topic_configs(spec.time) == CONFIG.topic_configs()
+    assert CONFIG.topic_configs(spec.time) == {**CONFIG.topic_configs(), **NO_TIME_LIMIT}
