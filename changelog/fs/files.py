@@ -189,24 +189,6 @@ def pwrite_fd(
         raise _storage_error(path, step, exc) from exc
 
 
-_ZERO_CHECK_CHUNK = 1 << 20
-
-
-def zeros_between(fd: int, start: int, end: int, path: Path, step: str = "read") -> bool:
-    """Whether the file holds only zero bytes in ``[start, end)`` (read 1 MiB at a time,
-    stopping at the first chunk that is not all zeros); a short read counts as not zeros."""
-    position = start
-    try:
-        while position < end:
-            chunk = os.pread(fd, min(_ZERO_CHECK_CHUNK, end - position), position)
-            if not chunk or chunk.count(0) != len(chunk):
-                return False
-            position += len(chunk)
-    except OSError as exc:
-        raise _storage_error(path, step, exc) from exc
-    return True
-
-
 def fdatasync_fd(fd: int, path: Path, step: str = "fsync") -> None:
     """``fdatasync`` an open file: its data, and its size when that changed.
 

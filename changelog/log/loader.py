@@ -128,7 +128,8 @@ def _open_segments(
                 logger.warning(
                     "%ssegment %s: rebuilding its indexes (%s)", prefix, planned.base_offset, reason
                 )
-            segment.recover(expected_valid_bytes=planned.valid_bytes)  # raises if it disagrees
+            # raises if it disagrees with the plan
+            segment.recover(expected_valid_bytes=planned.valid_bytes, zero_tail=planned.zero_tail)
             segment.flush()
             if planned is not plan.segments[-1]:
                 segment.release_descriptors()

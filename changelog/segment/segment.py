@@ -582,7 +582,7 @@ class LogSegment:
 
     # ----------------------------------------------------------------- recovery and truncation
 
-    def recover(self, *, expected_valid_bytes: int | None = None) -> int:
+    def recover(self, *, expected_valid_bytes: int | None = None, zero_tail: bool = False) -> int:
         """Re-validate the ``.log`` batch by batch, rebuild both indexes, cut an invalid tail.
 
         Returns the bytes truncated: everything from the first batch that is torn,
@@ -591,7 +591,9 @@ class LogSegment:
         :class:`~changelog.errors.UnsupportedFormatError` and truncates nothing.
         With ``expected_valid_bytes`` (the loader's plan) a valid prefix of any
         other length raises :class:`~changelog.errors.ChangelogError` before
-        anything is cut.
+        anything is cut.  ``zero_tail`` (the plan's finding: only zeros past
+        those bytes, a preallocated segment's unused space) logs the cut at INFO;
+        any other cut is a warning, with the reason the re-validation stopped.
         """
         fd = self._file.require()
         file_size = self._file.size()
@@ -610,7 +612,7 @@ class LogSegment:
         truncated = file_size - valid
         if truncated > 0:
             where = f"position {valid} of {self.log_path}"
-            if files.zeros_between(fd, valid, file_size, self.log_path, "segment.recover.read"):
+            if zero_tail:
                 # The unused end of a preallocated active segment (or zeros a power cut
                 # left where an unacknowledged write was going): the log's normal end.
                 logger.info(
