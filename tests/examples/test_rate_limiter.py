@@ -17,6 +17,7 @@ from examples.rate_limiter.limiter import (
 )
 from statestore import StateManager
 from statestore.testing import CrashHarness
+from tests.examples.cli import helps_then_runs
 
 
 def _counts(limiter: RateLimiter) -> dict[tuple[str, int], int]:
@@ -53,13 +54,6 @@ def test_the_command_line_helps_and_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exited:
-        rate_limiter_main(["--help"])
-    assert exited.value.code == 0
-    assert capsys.readouterr().out.startswith("usage: python -m examples.rate_limiter")
-    assert list(tmp_path.iterdir()) == []  # --help is not a state directory
-    rate_limiter_main([str(tmp_path / "state")])
-    lines = capsys.readouterr().out.splitlines()
+    lines = helps_then_runs(rate_limiter_main, "python -m examples.rate_limiter", tmp_path, capsys)
     assert len(lines) == 40
     assert all(line.endswith(("allowed", "limited")) for line in lines)
-    assert [p.name for p in tmp_path.iterdir()] == ["state"]

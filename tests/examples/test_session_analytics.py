@@ -16,6 +16,7 @@ from examples.session_analytics.consumer import (
 )
 from statestore import SessionStore, StateManager
 from statestore.testing import CrashHarness
+from tests.examples.cli import helps_then_runs
 
 
 def _sessions(store: SessionStore[str, int]) -> dict[tuple[str, int, int], int]:
@@ -51,13 +52,8 @@ def test_the_command_line_helps_and_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exited:
-        session_analytics_main(["--help"])
-    assert exited.value.code == 0
-    assert capsys.readouterr().out.startswith("usage: python -m examples.session_analytics")
-    assert list(tmp_path.iterdir()) == []  # --help is not a state directory
-    session_analytics_main([str(tmp_path / "state")])
-    lines = capsys.readouterr().out.splitlines()
+    lines = helps_then_runs(
+        session_analytics_main, "python -m examples.session_analytics", tmp_path, capsys
+    )
     assert len(lines) == len(expected_sessions(59))
     assert all(" views over " in line for line in lines)
-    assert [p.name for p in tmp_path.iterdir()] == ["state"]
