@@ -64,13 +64,6 @@ def _one_of(choices: frozenset[str]) -> Any:
     return check
 
 
-def _optional_limit_ms(
-    _instance: object, attribute: attrs.Attribute[int | None], value: int | None
-) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise InvalidStoreConfigError(attribute.name, value, "must be None or an integer >= 0")
-
-
 def _name(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str) or not value:
         raise InvalidStoreConfigError(attribute.name, value, "must be a non-empty string")
@@ -116,7 +109,7 @@ class ChangelogTopicConfig:
     """Safety margin: local state older than ``delete_retention_ms - staleness_margin_ms``
     is treated as stale (clock skew, cleaner timing)."""
     message_timestamp_after_max_ms: int | None = attrs.field(
-        default=_UNLIMITED, validator=_optional_limit_ms
+        default=_UNLIMITED, validator=attrs.validators.optional(_at_least(0))
     )
     """``message.timestamp.after.max.ms`` of the changelog topic of a store whose records carry
     their own time (timestamped, window, session, versioned), at creation: how far ahead of
