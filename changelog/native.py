@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from typing import Any, Final
 
 __all__ = ["PURE", "compiled"]
@@ -30,10 +31,25 @@ PURE: Final = os.environ.get("STATESTORE_PURE", "") not in ("", "0")
 
 
 def compiled(module: str, name: str) -> Any:
-    """``name`` from the compiled ``module``, or ``None`` under :data:`PURE` or if it was not built."""
+    """``name`` from the compiled ``module``, or ``None`` under :data:`PURE` or if it was not built.
+
+    A module built from other sources (a source checkout updated without rebuilding its
+    extensions) that lacks ``name`` also gives ``None``, with a ``RuntimeWarning`` naming
+    both: the Python path runs, correct and slower, until the extensions are rebuilt.
+    """
     if PURE:
         return None
     try:
-        return getattr(importlib.import_module(module), name)
+        loaded = importlib.import_module(module)
     except ImportError:
+        return None
+    try:
+        return getattr(loaded, name)
+    except AttributeError:
+        warnings.warn(
+            f"{module} was built from other sources (it has no {name}): the Python path runs"
+            " instead; rebuild the extensions (pip install -e ., or ./dev)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return None

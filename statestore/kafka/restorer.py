@@ -232,13 +232,27 @@ class Restorer:
                 return taken
 
     def close(self, timeout_s: float = 60) -> None:
-        """Stop the thread, close the engines it still holds and the consumer.  Idempotent."""
+        """Stop the thread, close the engines it still holds and the consumer.  Idempotent.
+
+        A thread still busy after ``timeout_s`` (held by a restore listener callback) is
+        logged and not waited for: its engines and the consumer are closed all the same
+        (their RocksDB locks released for the next owner), and the thread fails on its
+        next step (a daemon thread: it does not keep the process alive).
+        """
         if self._closed:
             return
         self._closed = True
         if self._thread.is_alive():
             self._commands.put(("stop", -1, None))
             self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                logger.warning(
+                    "the restorer thread did not stop in %ss (a restore listener callback that"
+                    " does not return holds it): its %s restoring task(s) and the restore"
+                    " consumer are closed under it, and it fails when it resumes",
+                    timeout_s,
+                    len(self._restoring) + len(self._opening),
+                )
         self._pool.shutdown(wait=True)  # opens in flight finish; their engines are closed below
         self._opening = {}
         for restoring in self._restoring.values():

@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError
 
 from statestore.kafka import (
     FatalCommitError,
+    KafkaClientError,
     KafkaStoreSpec,
     ProcessingError,
     Processor,
@@ -450,5 +451,48 @@ def test_the_error_that_ends_a_with_block_is_raised_whatever_the_restorer_did(
     assert time.monotonic() - started[0] < 30, "the close waited for a dead restorer thread"
     assert processor.tasks == {}
     # every engine was closed: a new processor opens the same state directory
+    with _processor(cluster, tmp_path) as again:
+        _until_running(again)
+
+
+class _BlockingRestoreListener(_FailingRestoreListener):
+    """``on_restore_start`` of partition 1 says it entered and waits for ``fail`` (then returns)."""
+
+    def on_restore_start(self, store: str, partition: int, start: int, end: int) -> None:
+        if partition == 1:
+            self.entered.set()
+            assert self.fail.wait(60), "the test never released the listener"
+
+
+def test_a_close_does_not_wait_for_ever_on_a_restore_listener_that_holds_the_restorer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A listener callback that does not return holds the restorer thread.  The close waits for
+    # it (here 0.2 s instead of 60), closes every engine all the same (a new processor opens
+    # the same state directory), says so, and raises the timeout once all is closed.  The
+    # thread, released afterwards, fails quietly on the closed consumer or engines.
+    cluster = _cluster(0)
+    listener = _BlockingRestoreListener()
+    remove, close = Restorer.remove, Restorer.close
+    monkeypatch.setattr(Restorer, "remove", lambda self, p, timeout_s=60: remove(self, p, 0.2))
+    monkeypatch.setattr(Restorer, "close", lambda self, timeout_s=60: close(self, 0.2))
+    processor = _processor(cluster, tmp_path, restore_listener=listener)
+
+    def close_while_the_listener_holds_the_restorer() -> None:
+        with processor:
+            deadline = time.monotonic() + 30
+            while not listener.entered.is_set():
+                assert time.monotonic() < deadline, processor.tasks
+                processor.poll_once(0.01)
+            caplog.clear()
+
+    try:
+        with pytest.raises(KafkaClientError, match=r"did not answer in 0\.2s"):
+            close_while_the_listener_holds_the_restorer()
+        assert "the restorer thread did not stop in 0.2s" in caplog.text
+        assert processor.tasks == {}
+    finally:
+        listener.fail.set()
+    monkeypatch.undo()
     with _processor(cluster, tmp_path) as again:
         _until_running(again)
