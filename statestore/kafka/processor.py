@@ -128,6 +128,10 @@ FATAL_COMMIT_CODES: Final = frozenset(
 )
 """librdkafka error names of a commit failure that no retry heals: the processor stops at once."""
 
+FENCED_CODES: Final = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
+"""The codes of a producer fenced by a newer epoch of its ``transactional.id`` (not the
+``_TIMED_OUT`` of a stuck call, which the runtime reports as fenced too)."""
+
 
 @attrs.frozen(kw_only=True)
 class RebalanceEvent:
@@ -265,6 +269,11 @@ class Processor:
         self._failed_commits = 0
         self._commit_backoff_s = 0.0
         self._last_poll = time.monotonic()
+        self._producer_clean_at = time.monotonic()
+        """When the producer last had no transaction open on the coordinator: its
+        ``init_transactions``, or a ``commit_transaction`` that returned.  A fencing less
+        than ``transaction_timeout_ms`` after it cannot be the coordinator aborting a
+        transaction of ours that timed out: another producer took our ``transactional.id``."""
 
     # -- setup -------------------------------------------------------------------------
 
@@ -368,6 +377,7 @@ class Processor:
         )
         self._topics = {name: infos[topic] for name, topic in names.items()}
         self._producer = self._new_producer()
+        self._producer_clean_at = time.monotonic()
         self._transaction = OpenTransaction(
             self._producer,
             guarantee=config.processing_guarantee,
@@ -956,6 +966,7 @@ class Processor:
             return None
         self._failed_commits = 0
         self._commit_backoff_s = 0.0
+        self._producer_clean_at = time.monotonic()
         for task in self._running():
             task.committed = dict(task.positions)
             if task.skip:
@@ -979,6 +990,17 @@ class Processor:
         self._rewind_all()
         attempts = self._config.commit_attempts
         fatal = exc.code in FATAL_COMMIT_CODES or self._failed_commits >= attempts
+        reason = exc.reason
+        if self._fenced_by_another_process(exc):
+            fatal = True
+            reason = (
+                f"{reason}; fenced {self._since_clean_ms():.0f} ms after this producer's last"
+                f" commit or start, within transaction.timeout.ms"
+                f" ({self._config.transaction_timeout_ms}), so not for a transaction of its own"
+                f" that timed out: another process runs with instance_id"
+                f" {self._config.instance_id!r} (transactional.id"
+                f" {self._config.transactional_id!r})"
+            )
         logger.warning(
             "commit failed (%s of %s in a row%s), inputs rewound: %s",
             self._failed_commits,
@@ -990,11 +1012,9 @@ class Processor:
             try:
                 self._replace_producer()
             except KafkaClientError as replaced:
-                exc, fatal = replaced, True
+                exc, reason, fatal = replaced, replaced.reason, True
         if fatal:
-            self._fatal = FatalCommitError(
-                exc.operation, exc.code, exc.reason, self._failed_commits
-            )
+            self._fatal = FatalCommitError(exc.operation, exc.code, reason, self._failed_commits)
             raise self._fatal from exc
         base_s = self._config.commit_retry_backoff_ms / 1000
         self._commit_backoff_s = min(
@@ -1003,6 +1023,19 @@ class Processor:
         )
         if not swallow:
             raise exc
+
+    def _since_clean_ms(self) -> float:
+        return (time.monotonic() - self._producer_clean_at) * 1000
+
+    def _fenced_by_another_process(self, exc: KafkaClientError) -> bool:
+        """Whether ``exc`` fenced the producer although none of its transactions can have
+        timed out: a newer producer with the same ``transactional.id`` (the same
+        ``instance_id``) started, so this process is the duplicate or the zombie."""
+        return (
+            isinstance(exc, ProducerFencedError)
+            and exc.code in FENCED_CODES
+            and self._since_clean_ms() < self._config.transaction_timeout_ms
+        )
 
     def _group_metadata(self) -> Any:
         """The consumer's group metadata for step 4 of the commit, unless the member has left.
@@ -1207,6 +1240,7 @@ class Processor:
         old, self._producer = self._producer, None
         del old
         self._producer = self._new_producer()
+        self._producer_clean_at = time.monotonic()
         assert self._transaction is not None
         assert not self._transaction.open
         self._transaction.producer = self._producer

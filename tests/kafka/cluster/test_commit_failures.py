@@ -3,6 +3,7 @@ silent loop; a refused start changes nothing; a commit larger than the producer'
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +89,58 @@ def test_two_processes_with_one_instance_id_do_not_fence_each_other_silently(
                     failed.append(exc)
     assert isinstance(failed[0], KafkaClientError), failed
     print(f"duplicate instance reported as {failed[0]!r}")
+
+
+def test_two_processes_with_one_instance_id_side_by_side_stop_one_of_them(
+    app_factory: Callable[..., App], tmp_path: Path
+) -> None:
+    # Each polls on its own thread, as two processes do: each fencing is followed by commits
+    # that succeed, so a count of failures in a row never reaches commit_attempts.
+    app = app_factory("cfail-dup-side")
+    processors = [app.processor(tmp_path / name, commit_interval_ms=1000) for name in "ab"]
+    stop = threading.Event()
+    failed = threading.Event()
+    errors: dict[int, BaseException] = {}
+
+    def poll(index: int) -> None:
+        processor = processors[index]
+        with processor:
+            while not stop.is_set():
+                try:
+                    processor.poll_once(0.1)
+                except KafkaClientError as exc:
+                    errors[index] = exc
+                    failed.set()
+                    return
+
+    threads = [threading.Thread(target=poll, args=(i,), daemon=True) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not failed.wait(0.1):
+            assert time.monotonic() < deadline, (
+                "the duplicate instance was never reported: "
+                f"commits {[p.commits for p in processors]}, aborted {[p.aborted for p in processors]}"
+            )
+            app.feed(20)
+        (index, error), *others = errors.items()
+        assert not others, errors
+        assert isinstance(error, FatalCommitError), error
+        assert error.code in {"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"}, error
+        assert "instance_id" in error.reason, error.reason
+        print(f"duplicate instance reported as {error!r}")
+        threads[index].join(timeout=60)
+        survivor = threads[1 - index]
+        deadline = time.monotonic() + 90
+        while not app.committed_end():  # the survivor takes every partition and goes on
+            assert survivor.is_alive() and time.monotonic() < deadline, errors
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(errors) == 1, errors
+    app.check()
 
 
 def test_a_refused_start_leaves_the_topic_list_unchanged(
