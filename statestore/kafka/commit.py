@@ -26,7 +26,17 @@ process), numbered as the tests crash them:
    that call for good, is replaced (and the helper thread left behind with it);
 4. ``commit_transaction``: librdkafka first waits for every record of the
    transaction to be acknowledged (a record that failed fails the commit),
-   then commits;
+   then commits.  A call that times out stays in progress inside librdkafka,
+   which then refuses every other transactional call (``abort_transaction``,
+   ``begin_transaction``: ``_CONFLICT``) until ``commit_transaction`` is
+   called again and ends.  So a timed-out call is called again for its
+   outcome, up to ``outcome_wait_s`` past the deadline (the transaction
+   timeout: by then every record is acknowledged or failed, as librdkafka
+   caps ``message.timeout.ms`` at ``transaction.timeout.ms``, and the
+   coordinator has aborted a transaction still open): it commits (the commit
+   succeeded) or fails (aborted as any failure).  One still without an outcome
+   fails the commit as :class:`ProducerFencedError` (``_TIMED_OUT``): the
+   producer is replaced, which aborts its transaction;
 5. only now apply each store partition's buffer to RocksDB, in one
    WriteBatch with the applied offset (the offset of its last changelog
    record + 1, from that record's delivery report), the topic id and the
@@ -425,6 +435,11 @@ class OpenTransaction:
         self._known.add(topic)
         return True
 
+    def forget_topics(self) -> None:
+        """Check every output topic again before its next send (after a failed commit: one
+        deleted meanwhile is then reported as missing, not as the records' timeout)."""
+        self._known.clear()
+
     def close(self) -> None:
         """End the helper thread (when the processor closes); a later commit starts another."""
         self.caller.close()
@@ -471,6 +486,7 @@ def commit_tasks(
     wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     fault_hook: FaultHook | None = None,
     stuck_grace_s: float | None = None,
+    outcome_wait_s: float = 0.0,
 ) -> CommitResult:
     """Run the commit protocol of the module docstring over ``transaction``, ``stores`` and ``offsets``.
 
@@ -578,7 +594,7 @@ def commit_tasks(
             _send_offsets(  # 3
                 transaction.caller, producer, offsets, group_metadata(), left(), grace_s
             )
-            _commit_with_retries(producer, deadline)  # 4 (waits for every acknowledgement)
+            _commit_with_retries(producer, deadline, outcome_wait_s)  # 4 (waits for every ack)
             transaction.open = False
         elif offsets:
             commit_offsets(offsets)
@@ -594,6 +610,7 @@ def commit_tasks(
             failure = _typed_failure("commit", exc, eos=eos)
             fenced = isinstance(failure, ProducerFencedError)
         transaction._reset(abort_timeout_s=None if fenced or not transaction.open else left())
+        transaction.forget_topics()
         if failure is exc:
             raise
         raise failure from exc
@@ -697,16 +714,39 @@ def _send_offsets(  # noqa: PLR0917 - the step's inputs, in the order they are u
         )
 
 
-def _commit_with_retries(producer: TransactionalProducer, deadline: float) -> None:
-    """``commit_transaction``, retried while the error is retriable and time is left."""
+def _commit_with_retries(
+    producer: TransactionalProducer, deadline: float, outcome_wait_s: float
+) -> None:
+    """``commit_transaction``, retried while the error is retriable and time is left; one that
+    timed out is called again up to ``outcome_wait_s`` past ``deadline`` for its outcome (step 4
+    of the module docstring), then given up as :class:`ProducerFencedError` (``_TIMED_OUT``)."""
+    outcome_deadline = deadline + outcome_wait_s
     while True:
         try:
             producer.commit_transaction(max(0.1, deadline - time.monotonic()))
         except Exception as exc:
             error = _error_of(exc)
-            if error is None or not error.retriable() or time.monotonic() >= deadline:
+            if error is None or not error.retriable():
                 raise
-            logger.info("commit_transaction: %s, retrying", error.str())
+            now = time.monotonic()
+            if now < deadline:
+                logger.info("commit_transaction: %s, retrying", error.str())
+                continue
+            if error.name() != "_TIMED_OUT" or outcome_wait_s <= 0:
+                raise
+            if now >= outcome_deadline:
+                raise ProducerFencedError(
+                    "commit_transaction",
+                    "_TIMED_OUT",
+                    f"{error.str()}; still without an outcome {outcome_wait_s:.0f} s past its"
+                    " deadline: the producer is replaced, which aborts its transaction",
+                ) from exc
+            logger.warning(
+                "commit_transaction timed out (%s): called again for its outcome, up to %.0f s",
+                error.str(),
+                outcome_deadline - now,
+            )
+            deadline = outcome_deadline
             continue
         return
 

@@ -960,6 +960,7 @@ class Processor:
                 wall_clock_ms=self._wall_clock_ms,
                 fault_hook=self._fault_hook,
                 stuck_grace_s=self._config.stuck_call_grace_ms / 1000,
+                outcome_wait_s=self._config.transaction_timeout_ms / 1000,
             )
         except KafkaClientError as exc:
             self._commit_failed(exc, swallow=swallow)

@@ -70,6 +70,45 @@ def test_a_missing_output_topic_stops_the_processor_with_a_typed_error(
     assert app.read(changelog_topic_name(app.name, "sums")) == []
 
 
+def test_an_output_topic_deleted_under_load_stops_the_processor_with_its_own_error(
+    app_factory: Callable[..., App], tmp_path: Path
+) -> None:
+    # The topic passed the check at start, then goes away while records are sent to it: the
+    # producer holds them (its metadata still names the topic) and commit_transaction times
+    # out; librdkafka then accepts no transactional call but commit_transaction until it ends.
+    app = app_factory("cfail-deleted")
+    app.feed(40)
+    processor = app.processor(tmp_path, commit_interval_ms=5000)
+    admin = AdminClient({"bootstrap.servers": app.bootstrap})
+    codes: list[str] = []
+    with processor:
+        run_until(lambda: processor.poll_once(0.1), app.committed_end)
+        committed = processor.commits
+        processed = processor.processed_records
+        app.feed(20)
+        while processor.processed_records < processed + 20:  # a transaction open, sent into
+            processor.poll_once(0.1)
+        assert processor.commits == committed
+        admin.delete_topics([app.output])[app.output].result(timeout=30)
+        deadline = time.monotonic() + 150
+        while True:
+            assert time.monotonic() < deadline, f"no FatalCommitError; failures: {codes}"
+            app.feed(5)
+            try:
+                processor.poll_once(0.1)
+            except FatalCommitError as exc:
+                error = exc
+                break
+            finally:
+                last = processor.last_commit_error
+                if last is not None and len(codes) < processor.aborted:
+                    codes.append(last.code)
+        assert "_CONFLICT" not in codes, codes
+        assert error.code == "UNKNOWN_TOPIC_OR_PART", (error, codes)
+        assert error.attempts == 5 and processor.commits <= committed + 1, codes
+    print(f"failures: {codes}; stopped with {error!r}")
+
+
 def test_two_processes_with_one_instance_id_do_not_fence_each_other_silently(
     app_factory: Callable[..., App], tmp_path: Path
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,70 @@ def test_a_retriable_commit_error_is_retried(store: TaskStore[str, int]) -> None
     _commit(producer, store)
     assert producer.calls[-3:] == ["commit", "commit", "flush"]
     assert store.store.get("a") == 1
+
+
+class _SlowCommitProducer(FakeProducer):
+    """``commit_transaction`` times out (retriable ``_TIMED_OUT``, after its whole timeout) for
+    ``slow_calls`` calls, then commits; librdkafka refuses any other transactional call while a
+    timed-out commit is in progress (``_CONFLICT``)."""
+
+    def __init__(self, slow_calls: int) -> None:
+        super().__init__()
+        self.slow_calls = slow_calls
+        self.in_progress = False
+
+    def _step(self, name: str) -> None:
+        if self.in_progress and name in {"abort", "begin", "send_offsets"}:
+            self.calls.append(name)
+            raise kafka_exception(KafkaError._CONFLICT)
+        super()._step(name)
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        if self.slow_calls > 0:
+            self.slow_calls -= 1
+            self.calls.append("commit")
+            self.in_progress = True
+            time.sleep(min(timeout, 0.05))  # the call's own timeout, shortened
+            raise kafka_exception(KafkaError._TIMED_OUT, retriable=True)
+        self.in_progress = False
+        super().commit_transaction(timeout)
+
+
+def _commit_within(
+    producer: FakeProducer, store: TaskStore[str, int], outcome_wait_s: float
+) -> Any:
+    return commit_tasks(
+        OpenTransaction(producer, guarantee="exactly_once_v2", known_topics=["out"]),
+        stores=[StoreTopic(store=store, topic=TOPIC, topic_id="topic-id-1")],
+        offsets=[TopicPartition("in", 3, 42)],
+        group_metadata=lambda: "group-metadata",
+        commit_offsets=lambda tps: None,
+        timeout_s=0.1,
+        outcome_wait_s=outcome_wait_s,
+    )
+
+
+def test_a_commit_that_timed_out_is_called_again_for_its_outcome(
+    store: TaskStore[str, int],
+) -> None:
+    # Past its deadline the commit is still in progress inside librdkafka: only another
+    # commit_transaction ends it; an abort would be refused (_CONFLICT) and wedge the producer.
+    producer = _SlowCommitProducer(slow_calls=6)  # 0.3 s: past the 0.1 s deadline
+    store.store.put("a", 1)
+    result = _commit_within(producer, store, outcome_wait_s=30)
+    assert result.changelog_records == 1
+    assert "abort" not in producer.calls and producer.calls.count("commit") == 7
+    assert store.store.get("a") == 1 and store.engine.applied_offset() == 1
+
+
+def test_a_commit_without_an_outcome_replaces_the_producer(store: TaskStore[str, int]) -> None:
+    producer = _SlowCommitProducer(slow_calls=1000)
+    store.store.put("a", 1)
+    with pytest.raises(ProducerFencedError) as failed:
+        _commit_within(producer, store, outcome_wait_s=0.3)
+    assert failed.value.code == "_TIMED_OUT" and "replaced" in failed.value.reason
+    assert "abort" not in producer.calls  # refused while the commit is in progress
+    assert not store.pending and store.store.get("a") is None
 
 
 def test_at_least_once_commits_offsets_after_the_flush(store: TaskStore[str, int]) -> None:
