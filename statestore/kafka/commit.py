@@ -26,11 +26,11 @@ process), numbered as the tests crash them:
    that call for good, is replaced (and the helper thread left behind with it);
 4. ``commit_transaction``: librdkafka first waits for every record of the
    transaction to be acknowledged (a record that failed fails the commit),
-   then commits.  A call that times out stays in progress inside librdkafka,
-   which then refuses every other transactional call (``abort_transaction``,
-   ``begin_transaction``: ``_CONFLICT``) until ``commit_transaction`` is
-   called again and ends.  So a timed-out call is called again for its
-   outcome, up to ``outcome_wait_s`` past the deadline (the transaction
+   then commits.  A call that times out (or fails retriably) stays in
+   progress inside librdkafka, which then refuses every other transactional
+   call (``abort_transaction``, ``begin_transaction``: ``_CONFLICT``) until
+   ``commit_transaction`` is called again and ends.  So such a call is called
+   again for its outcome, up to ``outcome_wait_s`` past the deadline (the transaction
    timeout: by then every record is acknowledged or failed, as librdkafka
    caps ``message.timeout.ms`` at ``transaction.timeout.ms``, and the
    coordinator has aborted a transaction still open): it commits (the commit
@@ -717,9 +717,10 @@ def _send_offsets(  # noqa: PLR0917 - the step's inputs, in the order they are u
 def _commit_with_retries(
     producer: TransactionalProducer, deadline: float, outcome_wait_s: float
 ) -> None:
-    """``commit_transaction``, retried while the error is retriable and time is left; one that
-    timed out is called again up to ``outcome_wait_s`` past ``deadline`` for its outcome (step 4
-    of the module docstring), then given up as :class:`ProducerFencedError` (``_TIMED_OUT``)."""
+    """``commit_transaction``, retried while the error is retriable and time is left; past
+    ``deadline`` a retriable error (librdkafka keeps the call in progress after any: a timeout,
+    a broker away) is called again up to ``outcome_wait_s`` more for its outcome (step 4 of the
+    module docstring), then given up as :class:`ProducerFencedError` (``_TIMED_OUT``)."""
     outcome_deadline = deadline + outcome_wait_s
     while True:
         try:
@@ -732,7 +733,7 @@ def _commit_with_retries(
             if now < deadline:
                 logger.info("commit_transaction: %s, retrying", error.str())
                 continue
-            if error.name() != "_TIMED_OUT" or outcome_wait_s <= 0:
+            if outcome_wait_s <= 0:
                 raise
             if now >= outcome_deadline:
                 raise ProducerFencedError(
@@ -742,7 +743,8 @@ def _commit_with_retries(
                     " deadline: the producer is replaced, which aborts its transaction",
                 ) from exc
             logger.warning(
-                "commit_transaction timed out (%s): called again for its outcome, up to %.0f s",
+                "commit_transaction failed retriably (%s): called again for its outcome,"
+                " up to %.0f s",
                 error.str(),
                 outcome_deadline - now,
             )

@@ -146,9 +146,10 @@ class _SlowCommitProducer(FakeProducer):
     ``slow_calls`` calls, then commits; librdkafka refuses any other transactional call while a
     timed-out commit is in progress (``_CONFLICT``)."""
 
-    def __init__(self, slow_calls: int) -> None:
+    def __init__(self, slow_calls: int, code: int = KafkaError._TIMED_OUT) -> None:
         super().__init__()
         self.slow_calls = slow_calls
+        self.code = code
         self.in_progress = False
 
     def _step(self, name: str) -> None:
@@ -163,7 +164,7 @@ class _SlowCommitProducer(FakeProducer):
             self.calls.append("commit")
             self.in_progress = True
             time.sleep(min(timeout, 0.05))  # the call's own timeout, shortened
-            raise kafka_exception(KafkaError._TIMED_OUT, retriable=True)
+            raise kafka_exception(self.code, retriable=True)
         self.in_progress = False
         super().commit_transaction(timeout)
 
@@ -182,12 +183,13 @@ def _commit_within(
     )
 
 
+@pytest.mark.parametrize("code", [KafkaError._TIMED_OUT, KafkaError._TRANSPORT])
 def test_a_commit_that_timed_out_is_called_again_for_its_outcome(
-    store: TaskStore[str, int],
+    store: TaskStore[str, int], code: int
 ) -> None:
-    # Past its deadline the commit is still in progress inside librdkafka: only another
-    # commit_transaction ends it; an abort would be refused (_CONFLICT) and wedge the producer.
-    producer = _SlowCommitProducer(slow_calls=6)  # 0.3 s: past the 0.1 s deadline
+    # Past its deadline the commit is still in progress inside librdkafka (after any retriable
+    # error): only another commit_transaction ends it; an abort would be refused (_CONFLICT).
+    producer = _SlowCommitProducer(slow_calls=6, code=code)  # 0.3 s: past the 0.1 s deadline
     store.store.put("a", 1)
     result = _commit_within(producer, store, outcome_wait_s=30)
     assert result.changelog_records == 1
