@@ -42,6 +42,7 @@ __all__ = [
     "ProcessingError",
     "ProcessorFailedError",
     "ProducerFencedError",
+    "RebalanceListenerError",
     "StandbyTooStaleError",
     "TransactionAbortedError",
     "UnknownStorePartitionError",
@@ -170,6 +171,28 @@ class ProcessingError(KafkaStateError):
         self.topic = topic
         self.partition = partition
         self.offset = offset
+
+
+class RebalanceListenerError(KafkaStateError):
+    """The ``on_rebalance`` callback raised on an ``kind`` event (``assigned``, ``revoked``,
+    ``lost``) of ``partitions``.
+
+    The user's exception is the ``__cause__``.  The runtime had handled the change
+    before it called back (a revoke's commit and close, an assignment's new tasks).
+    The callback ran inside the consumer's poll, whose fetched records are then
+    lost to the caller, so the open transaction of every task was abandoned and
+    the inputs rewound to the committed offsets, as after a :class:`ProcessingError`:
+    a later :meth:`poll_once` goes on with nothing lost and nothing applied twice.
+    """
+
+    def __init__(self, kind: str, partitions: tuple[int, ...], cause: BaseException) -> None:
+        super().__init__(
+            f"on_rebalance raised on {kind} partitions {list(partitions)}:"
+            f" {type(cause).__name__}: {cause} (the change was handled; the transaction was"
+            " abandoned, inputs rewound to the committed offsets)"
+        )
+        self.kind = kind
+        self.partitions = partitions
 
 
 class ProcessorFailedError(KafkaStateError):

@@ -74,6 +74,7 @@ from statestore.kafka.errors import (
     ProcessingError,
     ProcessorFailedError,
     ProducerFencedError,
+    RebalanceListenerError,
     TransactionAbortedError,
     client_error,
 )
@@ -582,7 +583,10 @@ class Processor:
 
     def _notify(self, event: RebalanceEvent) -> None:
         if self._on_rebalance is not None and event.partitions:
-            self._on_rebalance(event)
+            try:
+                self._on_rebalance(event)
+            except Exception as exc:
+                raise RebalanceListenerError(event.kind, event.partitions, exc) from exc
 
     def _close_tasks(
         self, partitions: Sequence[int], *, caught_up: bool, closing: bool = False

@@ -25,6 +25,7 @@ from statestore.kafka import (
     ProcessorConfig,
     ProcessorContext,
     ProcessorFailedError,
+    RebalanceListenerError,
     TaskState,
     log_and_continue,
 )
@@ -496,3 +497,51 @@ def test_a_close_does_not_wait_for_ever_on_a_restore_listener_that_holds_the_res
     monkeypatch.undo()
     with _processor(cluster, tmp_path) as again:
         _until_running(again)
+
+
+def test_an_on_rebalance_callback_that_raises_loses_no_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The user's on_rebalance runs inside consume(), which may have fetched records of the
+    # partitions this process keeps; an exception from it leaves consume() without them (as
+    # confluent-kafka drops a batch whose callback raised), while the consumer's positions are
+    # past them.  poll_once raises it typed (the user's error its cause) after rewinding to
+    # the committed offsets: a loop that catches it and goes on loses nothing.
+    cluster = _cluster(0)
+    revoke_next = {"armed": False, "fail": True}
+    consume = FakeGroupConsumer.consume
+
+    def consume_then_revoke(self: FakeGroupConsumer, num: int = 1, timeout: float = -1) -> Any:
+        out = consume(self, num, timeout)
+        if revoke_next["armed"] and out:
+            revoke_next["armed"] = False
+            self.callbacks["on_revoke"](self, [TopicPartition("in", 1)])  # may raise: out lost
+        return out
+
+    def on_rebalance(event: Any) -> None:
+        if event.kind == "revoked" and revoke_next["fail"]:
+            revoke_next["fail"] = False
+            raise BadRecordError("the user's rebalance callback failed")
+
+    monkeypatch.setattr(FakeGroupConsumer, "consume", consume_then_revoke)
+    with _processor(cluster, tmp_path, on_rebalance=on_rebalance) as processor:
+        _until_running(processor)
+        _feed(cluster, 10)
+        processor.poll_once(0.01)  # seq 0-9 processed, not committed
+        for seq in range(10, 20):
+            cluster.append(
+                "in",
+                seq % PARTITIONS,
+                f"k{seq % 4}".encode(),
+                msgpack.packb({"seq": seq, "delta": 1}),
+            )
+        revoke_next["armed"] = True
+        with pytest.raises(RebalanceListenerError, match="revoked") as caught:
+            processor.poll_once(0.01)  # gathers offsets 5-9 of both, then the revoke raises
+        assert isinstance(caught.value.__cause__, BadRecordError)
+        for _ in range(3):
+            processor.poll_once(0.01)
+        processor.commit()
+    kept = [seq for seq in _outputs(cluster) if seq % PARTITIONS == 0]
+    assert kept == list(range(0, 20, PARTITIONS)), "every input of the kept partition sent once"
+    assert cluster.group_offsets[("in", 0)] == 10
