@@ -50,10 +50,11 @@ def _cluster(records: int) -> FakeCluster:
     return cluster
 
 
-def _feed(cluster: FakeCluster, records: int) -> None:
-    """Append ``records`` input records (seq 0, 1, ...: each task restores and runs on its
-    own, so a test that needs every task running before the first record feeds after)."""
-    for seq in range(records):
+def _feed(cluster: FakeCluster, records: int, start: int = 0) -> None:
+    """Append ``records`` input records (seq ``start``, ``start + 1``, ...: each task restores
+    and runs on its own, so a test that needs every task running before the first record feeds
+    after)."""
+    for seq in range(start, start + records):
         value = msgpack.packb({"seq": seq, "delta": 1})
         cluster.append("in", seq % PARTITIONS, f"k{seq % 4}".encode(), value)
 
@@ -364,33 +365,42 @@ def test_a_rewind_inside_consume_drops_the_batch_it_returns(
     # the records the rewind is to replay, and the replayed ones would be skipped as
     # "fetched before a rewind": inputs committed, their outputs never sent.
     cluster = _cluster(0)
-    lose_next = {"armed": False}
-    consume = FakeGroupConsumer.consume
-
-    def consume_then_lose(self: FakeGroupConsumer, num: int = 1, timeout: float = -1) -> Any:
-        out = consume(self, num, timeout)
-        if lose_next["armed"] and out:
-            lose_next["armed"] = False
-            self.callbacks["on_lost"](self, [TopicPartition("in", 1)])
-        return out
-
-    monkeypatch.setattr(FakeGroupConsumer, "consume", consume_then_lose)
+    armed = _rebalance_after_the_next_fetch(monkeypatch, "on_lost")
     with _processor(cluster, tmp_path) as processor:
         _until_running(processor)
         _feed(cluster, 10)
         processor.poll_once(0.01)  # seq 0-9 processed, not committed
-        for seq in range(10, 20):
-            cluster.append(
-                "in",
-                seq % PARTITIONS,
-                f"k{seq % 4}".encode(),
-                msgpack.packb({"seq": seq, "delta": 1}),
-            )
-        lose_next["armed"] = True
+        _feed(cluster, 10, start=10)
+        armed.set()
         processor.poll_once(0.01)  # gathers offsets 5-9 of both, then partition 1 is lost
         for _ in range(3):
             processor.poll_once(0.01)
         processor.commit()
+    _assert_partition_0_sent_once(cluster)
+
+
+def _rebalance_after_the_next_fetch(
+    monkeypatch: pytest.MonkeyPatch, callback: str
+) -> threading.Event:
+    """Once the returned event is set, the main consumer's next ``consume`` that fetches
+    something calls the processor's ``callback`` (``on_lost``, ``on_revoke``) for partition 1
+    of ``in`` after the fetch, as librdkafka runs a rebalance callback inside its poll (an
+    exception from the callback leaves the call without its records)."""
+    armed = threading.Event()
+    consume = FakeGroupConsumer.consume
+
+    def consume_then_rebalance(self: FakeGroupConsumer, num: int = 1, timeout: float = -1) -> Any:
+        out = consume(self, num, timeout)
+        if armed.is_set() and out:
+            armed.clear()
+            self.callbacks[callback](self, [TopicPartition("in", 1)])
+        return out
+
+    monkeypatch.setattr(FakeGroupConsumer, "consume", consume_then_rebalance)
+    return armed
+
+
+def _assert_partition_0_sent_once(cluster: FakeCluster) -> None:
     kept = [seq for seq in _outputs(cluster) if seq % PARTITIONS == 0]
     assert kept == list(range(0, 20, PARTITIONS)), "every input of the kept partition sent once"
     assert cluster.group_offsets[("in", 0)] == 10
@@ -508,40 +518,25 @@ def test_an_on_rebalance_callback_that_raises_loses_no_record(
     # past them.  poll_once raises it typed (the user's error its cause) after rewinding to
     # the committed offsets: a loop that catches it and goes on loses nothing.
     cluster = _cluster(0)
-    revoke_next = {"armed": False, "fail": True}
-    consume = FakeGroupConsumer.consume
-
-    def consume_then_revoke(self: FakeGroupConsumer, num: int = 1, timeout: float = -1) -> Any:
-        out = consume(self, num, timeout)
-        if revoke_next["armed"] and out:
-            revoke_next["armed"] = False
-            self.callbacks["on_revoke"](self, [TopicPartition("in", 1)])  # may raise: out lost
-        return out
+    armed = _rebalance_after_the_next_fetch(monkeypatch, "on_revoke")
+    fail = threading.Event()
+    fail.set()
 
     def on_rebalance(event: Any) -> None:
-        if event.kind == "revoked" and revoke_next["fail"]:
-            revoke_next["fail"] = False
+        if event.kind == "revoked" and fail.is_set():
+            fail.clear()
             raise BadRecordError("the user's rebalance callback failed")
 
-    monkeypatch.setattr(FakeGroupConsumer, "consume", consume_then_revoke)
     with _processor(cluster, tmp_path, on_rebalance=on_rebalance) as processor:
         _until_running(processor)
         _feed(cluster, 10)
         processor.poll_once(0.01)  # seq 0-9 processed, not committed
-        for seq in range(10, 20):
-            cluster.append(
-                "in",
-                seq % PARTITIONS,
-                f"k{seq % 4}".encode(),
-                msgpack.packb({"seq": seq, "delta": 1}),
-            )
-        revoke_next["armed"] = True
+        _feed(cluster, 10, start=10)
+        armed.set()
         with pytest.raises(RebalanceListenerError, match="revoked") as caught:
             processor.poll_once(0.01)  # gathers offsets 5-9 of both, then the revoke raises
         assert isinstance(caught.value.__cause__, BadRecordError)
         for _ in range(3):
             processor.poll_once(0.01)
         processor.commit()
-    kept = [seq for seq in _outputs(cluster) if seq % PARTITIONS == 0]
-    assert kept == list(range(0, 20, PARTITIONS)), "every input of the kept partition sent once"
-    assert cluster.group_offsets[("in", 0)] == 10
+    _assert_partition_0_sent_once(cluster)
