@@ -135,7 +135,9 @@ RUNTIME_METRICS: Final = (
         "restore-total",
         "counter",
         "records",
-        "changelog records restored by the restorer since the processor started",
+        "changelog records restored by the restorer since the processor started (counted as "
+        "each restore WriteBatch, up to `restore_batch_bytes`, is written: it moves in steps, "
+        "and can read 0 while `restore-remaining-records-total` already counts a restore)",
         _KS + "restore-total (stream-task-metrics, per task; KIP-869)",
     ),
     _thread(
