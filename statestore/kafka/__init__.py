@@ -36,6 +36,7 @@ from statestore.kafka.errors import (
     StandbyTooStaleError,
     TransactionAbortedError,
     UnknownStorePartitionError,
+    UserCallbackError,
 )
 from statestore.kafka.handlers import (
     ProcessingErrorContext,
@@ -94,6 +95,7 @@ __all__ = [
     "TopicInfo",
     "TransactionAbortedError",
     "UnknownStorePartitionError",
+    "UserCallbackError",
     "changelog_topic_name",
     "check_copartitioned",
     "ensure_changelog_topic",

@@ -12,6 +12,8 @@
         │   ├── ProducerFencedError      another producer took our transactional.id (or epoch)
         │   └── FatalCommitError         commits keep failing: a failure that will not heal
         ├── ProcessingError              ``process()`` raised and the handler said FAIL
+        ├── UserCallbackError            a callback of the application raised (or returned junk)
+        │   └── RebalanceListenerError   ``on_rebalance`` raised
         ├── ProcessorFailedError         the processor stopped on an earlier error; use refused
         ├── IllegalTaskStateError        a task was asked for a move its state does not allow
         ├── NotOwnerError                a query for a partition this process does not serve
@@ -46,6 +48,7 @@ __all__ = [
     "StandbyTooStaleError",
     "TransactionAbortedError",
     "UnknownStorePartitionError",
+    "UserCallbackError",
 ]
 
 
@@ -173,23 +176,42 @@ class ProcessingError(KafkaStateError):
         self.offset = offset
 
 
-class RebalanceListenerError(KafkaStateError):
+class UserCallbackError(KafkaStateError):
+    """A callback of the application raised, or returned what it may not.
+
+    ``callback`` names it: ``on_commit``, ``on_restored``, ``on_rebalance`` (as
+    :class:`RebalanceListenerError`) or ``processing_exception_handler``; the
+    user's exception, if any, is the ``__cause__``.  As for anything that leaves
+    :meth:`~statestore.kafka.Processor.poll_once`, the open transaction of every
+    task was abandoned first and the inputs rewound to the committed offsets, so
+    a later ``poll_once`` goes on with nothing lost and nothing applied twice.
+    What the runtime had done before it called back stays done (an ``on_commit``
+    follows a commit that stays committed).
+    """
+
+    def __init__(self, callback: str, detail: str) -> None:
+        super().__init__(
+            f"{callback} {detail} (the open transaction was abandoned, inputs rewound to the"
+            " committed offsets)"
+        )
+        self.callback = callback
+
+
+class RebalanceListenerError(UserCallbackError):
     """The ``on_rebalance`` callback raised on an ``kind`` event (``assigned``, ``revoked``,
     ``lost``) of ``partitions``.
 
-    The user's exception is the ``__cause__``.  The runtime had handled the change
-    before it called back (a revoke's commit and close, an assignment's new tasks).
-    The callback ran inside the consumer's poll, whose fetched records are then
-    lost to the caller, so the open transaction of every task was abandoned and
-    the inputs rewound to the committed offsets, as after a :class:`ProcessingError`:
-    a later :meth:`poll_once` goes on with nothing lost and nothing applied twice.
+    The runtime had handled the change before it called back (a revoke's commit
+    and close, an assignment's new tasks).  The callback ran inside the
+    consumer's poll, which drops the records it fetched when a callback raises;
+    the rewind of :class:`UserCallbackError` replays them.
     """
 
     def __init__(self, kind: str, partitions: tuple[int, ...], cause: BaseException) -> None:
         super().__init__(
-            f"on_rebalance raised on {kind} partitions {list(partitions)}:"
-            f" {type(cause).__name__}: {cause} (the change was handled; the transaction was"
-            " abandoned, inputs rewound to the committed offsets)"
+            "on_rebalance",
+            f"raised on {kind} partitions {list(partitions)} (the change was handled):"
+            f" {type(cause).__name__}: {cause}",
         )
         self.kind = kind
         self.partitions = partitions

@@ -76,6 +76,7 @@ from statestore.kafka.errors import (
     ProducerFencedError,
     RebalanceListenerError,
     TransactionAbortedError,
+    UserCallbackError,
     client_error,
 )
 from statestore.kafka.handlers import (
@@ -717,9 +718,20 @@ class Processor:
         for tp in inputs:
             self._seek(tp.topic, tp.partition, committed[(tp.topic, tp.partition)])
         if self._on_restored is not None:
+            failed: tuple[TaskRestored, Exception] | None = None
             for _task, result in ready:
-                for report in result.reports:
-                    self._on_restored(report)
+                for report in result.reports:  # every report, whatever an earlier one raised
+                    try:
+                        self._on_restored(report)
+                    except Exception as exc:  # noqa: BLE001 - the first is raised below
+                        failed = failed or (report, exc)
+            if failed is not None:
+                which, error = failed
+                raise UserCallbackError(
+                    "on_restored",
+                    f"raised on {which.store}-{which.partition} (its task runs):"
+                    f" {type(error).__name__}: {error}",
+                ) from error
 
     def _task_stores(self, task: Task, result: RestoredTask) -> dict[str, TaskStore[Any, Any]]:
         """The runtime's stack over each restored engine of ``task``."""
@@ -870,13 +882,23 @@ class Processor:
             value=message.value(),
             exception=exc,
         )
-        response = self._handler(error)
+        where = f"{error.topic}-{error.partition}@{error.offset}"
+        try:
+            response = self._handler(error)
+        except Exception as raised:
+            raise UserCallbackError(
+                "processing_exception_handler",
+                f"raised on {where}: {type(raised).__name__}: {raised}",
+            ) from raised
         if response is ProcessingResponse.CONTINUE:
             self.dropped_records += 1
             task.skip[(error.topic, error.offset)] = error
             return
         if response is not ProcessingResponse.FAIL:
-            raise TypeError(f"the processing exception handler returned {response!r}") from exc
+            raise UserCallbackError(
+                "processing_exception_handler",
+                f"returned {response!r} on {where}, not a ProcessingResponse",
+            ) from exc
         raise ProcessingError(error.topic, error.partition, error.offset, exc) from exc
 
     def _skip(self, error: ProcessingErrorContext) -> None:
@@ -983,7 +1005,13 @@ class Processor:
         self.commits += 1
         self._commit_stat.record(result.seconds * 1000)
         if self._on_commit is not None:
-            self._on_commit(result)
+            try:
+                self._on_commit(result)
+            except Exception as exc:
+                raise UserCallbackError(
+                    "on_commit",
+                    f"raised after a commit that stays committed: {type(exc).__name__}: {exc}",
+                ) from exc
         return result
 
     def _commit_failed(self, exc: KafkaClientError, *, swallow: bool) -> None:

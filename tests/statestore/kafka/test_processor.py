@@ -27,6 +27,7 @@ from statestore.kafka import (
     ProcessorFailedError,
     RebalanceListenerError,
     TaskState,
+    UserCallbackError,
     log_and_continue,
 )
 from statestore.kafka.restorer import Restorer
@@ -540,3 +541,65 @@ def test_an_on_rebalance_callback_that_raises_loses_no_record(
             processor.poll_once(0.01)
         processor.commit()
     _assert_partition_0_sent_once(cluster)
+
+
+class _FailsOnce:
+    """A callback that raises ``BadRecordError`` on its first call, then answers ``then(...)``."""
+
+    def __init__(self, then: Callable[..., Any]) -> None:
+        self.calls = 0
+        self._then = then
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise BadRecordError("the application's callback failed")
+        return self._then(*args)
+
+
+@pytest.mark.parametrize("callback", ["on_commit", "on_restored", "processing_exception_handler"])
+def test_a_callback_that_raises_is_a_typed_error_and_a_loop_that_goes_on_loses_nothing(
+    tmp_path: Path, callback: str
+) -> None:
+    # Whatever the runtime had done before calling back stays done (a commit stays committed,
+    # a task runs); the error is typed, with the application's own as its cause; polling on
+    # commits every input once (the handler's poison record skipped, once it says so).
+    cluster = _cluster(0)
+    handler = callback == "processing_exception_handler"
+    then: Callable[..., Any] = log_and_continue if handler else (lambda *_args: None)
+    hook = _FailsOnce(then)
+    expected = [seq for seq in range(10) if not (handler and seq == 3)]
+    errors: list[UserCallbackError] = []
+    with _processor(cluster, tmp_path, lambda seq: handler and seq == 3, **{callback: hook}) as p:
+        _feed(cluster, 10)
+        deadline = time.monotonic() + 30
+        while _outputs(cluster) != expected:
+            assert time.monotonic() < deadline, (_outputs(cluster), errors)
+            try:
+                p.poll_once(0.01)
+                p.commit()
+            except UserCallbackError as exc:
+                errors.append(exc)
+    assert [e.callback for e in errors] == [callback]
+    assert isinstance(errors[0].__cause__, BadRecordError)
+    if callback == "on_restored":  # one report a partition, all delivered though one raised
+        assert hook.calls == PARTITIONS
+    assert cluster.group_offsets[("in", 0)] == 5
+    assert cluster.group_offsets[("in", 1)] == 5
+
+
+def test_a_processing_handler_that_returns_junk_is_a_typed_error(tmp_path: Path) -> None:
+    cluster = _cluster(0)
+    with _processor(
+        cluster, tmp_path, lambda seq: seq == 3, processing_exception_handler=lambda _e: "skip"
+    ) as processor:
+        _until_running(processor)
+        _feed(cluster, 10)
+
+        def poll() -> None:
+            for _ in range(5):
+                processor.poll_once(0.01)
+
+        with pytest.raises(UserCallbackError, match=r"returned 'skip' on in-1@1, not a Proc"):
+            poll()
+    assert _outputs(cluster) == []
