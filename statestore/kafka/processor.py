@@ -280,11 +280,20 @@ class Processor:
     # -- setup -------------------------------------------------------------------------
 
     def _client_config(self) -> dict[str, Any]:
-        """What every client gets: the bootstrap servers, ``security``, ``client_overrides``."""
+        """What every client gets: the bootstrap servers, ``security``, ``client_overrides``,
+        then no topic created by a metadata request.
+
+        librdkafka's producer and admin clients allow a metadata request for a missing topic
+        to create it (``allow.auto.create.topics``), and a broker at Kafka's defaults
+        (``auto.create.topics.enable=true``) then does, with its own defaults: an output
+        topic the runtime checks, or a changelog topic whose metadata it refreshes, would
+        appear unasked.  The runtime creates only changelog topics, with their settings.
+        """
         return {
             "bootstrap.servers": self._config.bootstrap_servers,
             **self._config.security.client_settings(),
             **self._config.client_overrides,
+            "allow.auto.create.topics": "false",
         }
 
     def _consumer_config(self) -> dict[str, Any]:

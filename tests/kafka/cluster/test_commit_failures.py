@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafka_harness.broker import KafkaBroker
+from kafka_harness.broker import KafkaBroker, running_broker
+from kafka_harness.kafka_runtime import CLUSTER_KAFKA_VERSION, fetch
 from statestore.kafka import (
     ChangelogTopicMismatchError,
     FatalCommitError,
@@ -23,6 +24,7 @@ from statestore.kafka import (
     ProcessorFailedError,
     changelog_topic_name,
 )
+from tests.kafka.cluster.conftest import BROKER_OVERRIDES
 from tests.kafka.cluster.oracle import App, restart_and_check, run_until
 
 
@@ -68,6 +70,41 @@ def test_a_missing_output_topic_stops_the_processor_with_a_typed_error(
         assert refused.value.error is error
     assert not app.committed_end(), "no input offset was committed"
     assert app.read(changelog_topic_name(app.name, "sums")) == []
+
+
+def test_on_a_broker_that_creates_topics_on_demand_the_runtime_creates_none(
+    cluster: KafkaBroker, tmp_path: Path
+) -> None:
+    # Kafka's default auto.create.topics.enable=true creates a missing topic for a metadata
+    # request that allows it, and librdkafka's producer and admin clients allow it unless
+    # told otherwise: the producer's check of an undeclared output topic created it, with the
+    # broker's defaults, and the next commit succeeded.  The runtime's clients ask without
+    # creation: the missing topic stays missing and the commits fail as on any broker.  (A
+    # broker of its own, as the session's, with topic creation on demand.)
+    del cluster  # the session's broker is up: the classpath is resolved
+    overrides = {**BROKER_OVERRIDES, "auto.create.topics.enable": "true"}
+    dist = fetch(version=CLUSTER_KAFKA_VERSION)
+    with running_broker(dist, tmp_path / "broker", overrides) as broker:
+        app = App(broker.bootstrap_servers, "autocreate")
+        app.feed(20)
+        missing = f"{app.name}-nowhere"
+
+        def process(context: ProcessorContext, message: Any) -> None:
+            context.send(missing, message.key(), b"x")
+
+        processor = Processor(
+            app.config(commit_retry_backoff_ms=10),
+            tmp_path / "state",
+            [KafkaStoreSpec(name="sums")],
+            process,
+        )
+        with processor:
+            error = _poll_until_commit_fails(processor)
+        assert error.code == "UNKNOWN_TOPIC_OR_PART"
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        topics = set(admin.list_topics(timeout=30).topics)
+    assert missing not in topics, "the runtime created an output topic"
+    assert changelog_topic_name(app.name, "sums") in topics
 
 
 def test_an_output_topic_deleted_under_load_stops_the_processor_with_its_own_error(
